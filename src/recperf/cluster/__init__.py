@@ -1,0 +1,1 @@
+"""GPU-cluster scheduling simulator: topology, jobs, network model, event engine, schedulers."""

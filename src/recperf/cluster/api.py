@@ -1,0 +1,138 @@
+"""The library entry points behind the CLI: load a trace, simulate, write and compare results."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recperf.cluster import placement as _placement  # noqa: F401  (registers the policies)
+from recperf.cluster import schedulers as _schedulers  # noqa: F401
+from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS, Scheduler, TraceLoader
+from recperf.cluster.engine import EngineConfig, SimResult, Simulator
+from recperf.cluster.jobs import JobTable
+from recperf.cluster.metrics import job_columns, summarize, utilization_series
+from recperf.cluster.topology import Cluster, load_cluster
+from recperf.cluster.traces import BUNDLED, bundled_path
+from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
+from recperf.core.config import from_mapping
+from recperf.core.errors import ConfigError
+from recperf.core.progress import ProgressFn
+from recperf.core.results import write_json, write_parquet
+
+
+@dataclass(kw_only=True, frozen=True)
+class RunSpec:
+    """Everything that determines one simulation; equal specs give byte-identical summaries."""
+
+    trace: str = "tiresias-480"
+    """A bundled trace name (philly, tiresias-480, tiresias-60, helios-500, synthetic) or a path."""
+    format: str | None = None
+    """Trace format for a path (philly, tiresias, helios); bundled names know their own."""
+    scheduler: str = "fifo"
+    """Scheduler name or ``module:attr``."""
+    scheduler_options: Mapping[str, Any] = field(default_factory=dict)
+    """Fields of the scheduler's Config."""
+    placement: str = "best-fit"
+    """Placement policy name or ``module:attr``."""
+    cluster: str | None = None
+    """Preset name or TOML file; default: the trace format's own cluster."""
+    seed: int = 0
+    """Seeds the synthetic generator and random placement."""
+    synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def replace(self, **changes: Any) -> RunSpec:
+        return dataclasses.replace(self, **changes)
+
+
+def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
+    """The loader and file for a bundled trace name or a path with a format."""
+    if spec.trace in BUNDLED:
+        bundled = BUNDLED[spec.trace]
+        if spec.format not in (None, bundled.format):
+            raise ConfigError(f"--format {spec.format!r} does not match bundled trace {spec.trace!r}")
+        fmt, path = bundled.format, bundled_path(bundled)
+    else:
+        path = Path(spec.trace)
+        if not path.exists():
+            raise ConfigError(
+                f"trace {spec.trace!r} is neither a file nor a bundled name; "
+                f"bundled: {', '.join(BUNDLED)}"
+            )
+        if spec.format is None:
+            raise ConfigError(f"--format is required for a trace file; allowed: {', '.join(TRACE_LOADERS)}")
+        fmt = spec.format
+    if fmt == "synthetic":
+        return SyntheticTrace(spec.synthetic), None
+    return TRACE_LOADERS.create(fmt), path
+
+
+def build_scheduler(name: str, options: Mapping[str, Any] | None = None) -> Scheduler:
+    """Instantiate a scheduler, building its Config from ``options`` if it has any."""
+    factory: Callable[..., Scheduler] = SCHEDULERS.factory(name)
+    if not options:
+        return factory()
+    config_cls = getattr(factory, "Config", None)
+    if config_cls is None:
+        raise ConfigError(f"scheduler {name!r} takes no options (got {', '.join(options)})")
+    return factory(from_mapping(config_cls, options, source=f"scheduler {name!r} options"))
+
+
+def load_jobs(spec: RunSpec) -> tuple[JobTable, Cluster]:
+    loader, path = resolve_loader(spec)
+    cluster = load_cluster(spec.cluster or loader.default_cluster)
+    jobs = loader.load(path, cluster, np.random.default_rng(spec.seed))
+    return jobs, cluster
+
+
+def simulate(
+    spec: RunSpec,
+    progress: ProgressFn | None = None,
+    loaded: tuple[JobTable, Cluster] | None = None,
+) -> SimResult:
+    """Run one simulation (``loaded`` skips re-reading the trace)."""
+    jobs, cluster = loaded or load_jobs(spec)
+    sim = Simulator(
+        jobs,
+        cluster,
+        build_scheduler(spec.scheduler, spec.scheduler_options),
+        PLACEMENTS.create(spec.placement),
+        spec.engine,
+        seed=spec.seed,
+    )
+    return sim.run(progress)
+
+
+def run_summary(spec: RunSpec, res: SimResult) -> dict[str, Any]:
+    summary = summarize(res)
+    summary.update(trace=spec.trace, seed=spec.seed, congestion=spec.engine.congestion)
+    return summary
+
+
+def write_run(out: Path, spec: RunSpec, res: SimResult) -> dict[str, Any]:
+    """Write summary.json, jobs.parquet and utilization.parquet to ``out``; return the summary."""
+    summary = run_summary(spec, res)
+    write_parquet(out / "jobs.parquet", job_columns(res))
+    t, frac = utilization_series(res)
+    write_parquet(out / "utilization.parquet", {"t_s": t, "busy_frac": frac})
+    write_json(out / "summary.json", summary)  # last: its presence marks a complete run
+    return summary
+
+
+def compare(
+    spec: RunSpec, schedulers: Sequence[str], on_done: Callable[[str, SimResult], None] | None = None
+) -> dict[str, SimResult]:
+    """Run several schedulers over the same loaded trace."""
+    loaded = load_jobs(spec)
+    results: dict[str, SimResult] = {}
+    for name in schedulers:
+        res = simulate(spec.replace(scheduler=name), loaded=loaded)
+        results[name] = res
+        if on_done is not None:
+            on_done(name, res)
+    return results

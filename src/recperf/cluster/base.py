@@ -1,0 +1,152 @@
+"""The plug-in contracts of the simulator: trace loaders, schedulers and placement policies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from recperf.cluster.jobs import JobTable
+from recperf.cluster.topology import Cluster, Level
+from recperf.core.registry import Registry
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+I8 = NDArray[np.int8]
+BoolArr = NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """GPUs granted to one job: ``counts[i]`` GPUs on machine ``machines[i]``."""
+
+    machines: tuple[int, ...]
+    counts: tuple[int, ...]
+    level: Level
+
+    @classmethod
+    def of(cls, machines: list[int], counts: list[int], cluster: Cluster) -> Allocation:
+        """Build an allocation and derive the widest level it spans."""
+        total = sum(counts)
+        if total <= 1:
+            level = Level.GPU
+        elif len(machines) == 1:
+            level = Level.MACHINE
+        else:
+            mpr = cluster.machines_per_rack
+            first = machines[0] // mpr
+            level = Level.RACK if all(m // mpr == first for m in machines) else Level.CLUSTER
+        return cls(machines=tuple(machines), counts=tuple(counts), level=level)
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.counts)
+
+    def racks(self, cluster: Cluster) -> tuple[int, ...]:
+        mpr = cluster.machines_per_rack
+        return tuple(sorted({m // mpr for m in self.machines}))
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerView:
+    """What a scheduler sees at one decision point. Arrays are aligned with ``active``."""
+
+    now: float
+    cluster: Cluster
+    jobs: JobTable
+    active: I64
+    """Ids of the jobs that have arrived and not finished, in arrival order."""
+    running: BoolArr
+    """Holding GPUs now (including while restoring from a checkpoint)."""
+    attained_gpu_s: F64
+    """GPU-seconds each job has held so far (Tiresias' attained service)."""
+    remaining_iters: F64
+    ref_iter_s: F64
+    """Per-iteration time at the job's tightest placement on an idle network."""
+    waiting_since: F64
+    """When the job last arrived or was stopped (NaN while running)."""
+    running_since: F64
+    """When the job's current run started (NaN unless running)."""
+    last_run_s: F64
+    """Length of the job's most recent run (0 if it never ran)."""
+    free_gpus: int
+
+    @property
+    def remaining_s(self) -> F64:
+        """Oracle remaining time at the tightest placement."""
+        out: F64 = self.remaining_iters * self.ref_iter_s
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A scheduler's answer: which jobs it wants running, highest priority first."""
+
+    order: I64
+    """Job ids (a subset of ``view.active``) in priority order."""
+    max_level: I8 | None = None
+    """Aligned with ``order``: the widest Level each job may be placed at (None: any)."""
+    blocking: bool = False
+    """Stop at the first waiting job that cannot be placed (strict order, no backfilling)."""
+    wake_at: float | None = None
+    """Ask to be called again at this time even if no job arrives or finishes."""
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Orders jobs. A preemptive scheduler may stop running jobs that fall out of its order."""
+
+    name: ClassVar[str]
+    preemptive: ClassVar[bool]
+
+    def reset(self, jobs: JobTable, cluster: Cluster) -> None:
+        """Called once before a simulation; drop any state of a previous one."""
+        ...
+
+    def schedule(self, view: SchedulerView) -> Decision: ...
+
+
+@runtime_checkable
+class PlacementPolicy(Protocol):
+    """Chooses which free GPUs a job gets."""
+
+    name: ClassVar[str]
+
+    def place(
+        self,
+        gpus: int,
+        free: I64,
+        cluster: Cluster,
+        max_level: Level,
+        rng: np.random.Generator,
+    ) -> Allocation | None:
+        """GPUs for a job of ``gpus`` within ``max_level``, or None if none fit. ``free`` is read-only."""
+        ...
+
+
+@runtime_checkable
+class TraceLoader(Protocol):
+    """Turns a trace file (or a generator's settings) into a JobTable for a cluster."""
+
+    name: ClassVar[str]
+    default_cluster: ClassVar[str]
+
+    def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BundledTrace:
+    """A trace shipped with recperf, reachable by name."""
+
+    format: str
+    files: tuple[str, ...] = field(default=())
+    """Paths relative to ``recperf/data/cluster``."""
+    description: str = ""
+
+
+SCHEDULERS: Registry[Scheduler] = Registry("scheduler")
+PLACEMENTS: Registry[PlacementPolicy] = Registry("placement policy")
+TRACE_LOADERS: Registry[TraceLoader] = Registry("trace format")

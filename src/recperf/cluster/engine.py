@@ -1,0 +1,517 @@
+"""The discrete-event engine: arrivals, finishes and checkpoints advance time event to event.
+
+Each decision point runs the Blox loop: accept arrivals -> schedule -> place -> run. A running
+job progresses at 1 / (compute + all-reduce over its placement's widest link); jobs crossing
+a rack uplink share it, so their rates are recomputed whenever that set changes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from recperf.cluster.base import (
+    F64,
+    I64,
+    Allocation,
+    Decision,
+    PlacementPolicy,
+    Scheduler,
+    SchedulerView,
+)
+from recperf.cluster.jobs import JobTable
+from recperf.cluster.topology import Cluster, Level
+from recperf.core.config import check_range
+from recperf.core.progress import ProgressFn
+
+FUTURE, WAITING, RUNNING, CHECKPOINTING, DONE = 0, 1, 2, 3, 4
+_FINISH, _CKPT_DONE, _WAKE = 0, 1, 2  # same-time events: finishes free GPUs first
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class EngineConfig:
+    """How the simulation charges preemption and congestion."""
+
+    checkpoint_s: float = 10.0
+    """GPUs stay held this long after a preemption while the job checkpoints."""
+    restore_s: float = 20.0
+    """A resumed job holds its GPUs this long before progressing again."""
+    round_s: float = 300.0
+    """Preemptions happen at most once per round (as in round-based schedulers); in between,
+    waiting jobs only start on free GPUs. 0: preempt at any event."""
+    congestion: float = 1.0
+    """Extra factor on rack-uplink oversubscription (1 = the cluster's own)."""
+    record_segments: bool = False
+    """Keep every GPU-holding and progress interval (for checks; costs memory)."""
+
+    def __post_init__(self) -> None:
+        check_range("checkpoint_s", self.checkpoint_s, 0.0, 86_400.0)
+        check_range("restore_s", self.restore_s, 0.0, 86_400.0)
+        check_range("round_s", self.round_s, 0.0, 86_400.0)
+        check_range("congestion", self.congestion, 1.0, 1_000.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One interval a job held GPUs (``alloc``), or progressed (``iters`` > 0, alloc None)."""
+
+    job: int
+    start_s: float
+    end_s: float
+    alloc: Allocation | None
+    iters: float
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """Per-job outcomes (arrays indexed by job id) and the cluster's busy-GPU step function."""
+
+    jobs: JobTable
+    cluster: Cluster
+    scheduler: str
+    placement: str
+    first_start_s: F64
+    finish_s: F64
+    run_s: F64
+    """Time holding GPUs (including checkpoint and restore)."""
+    progress_s: F64
+    """Time making progress."""
+    comm_s: F64
+    """Of progress_s, the time spent in communication."""
+    preemptions: I64
+    widest_level: I64
+    busy_t: F64
+    busy_gpus: I64
+    """busy_gpus[i] GPUs are held from busy_t[i] until busy_t[i + 1]."""
+    events: int
+    decisions: int
+    segments: tuple[Segment, ...]
+
+
+class Simulator:
+    """Runs one scheduler and placement policy over a job table on a cluster."""
+
+    def __init__(
+        self,
+        jobs: JobTable,
+        cluster: Cluster,
+        scheduler: Scheduler,
+        placement: PlacementPolicy,
+        config: EngineConfig | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.jobs, self.cluster, self.scheduler, self.placement = jobs, cluster, scheduler, placement
+        self.cfg = config or EngineConfig()
+        self.rng = np.random.default_rng(seed)
+        too_big = np.flatnonzero(jobs.gpus > cluster.gpus)
+        if too_big.size:
+            from recperf.core.errors import RecperfError
+
+            j = int(too_big[0])
+            raise RecperfError(
+                f"job {jobs.name[j]!r} needs {int(jobs.gpus[j])} GPUs but cluster "
+                f"{cluster.name!r} has only {cluster.gpus}"
+            )
+        self._init_comm()
+
+    def _init_comm(self) -> None:
+        """Per-job communication terms that depend only on placement shape: computed once."""
+        c, j = self.cluster, self.jobs
+        n = j.gpus.astype(np.float64)
+        steps = 2.0 * np.maximum(n - 1.0, 0.0)
+        self._bits = np.where(n > 1, steps / n * j.grad_bytes * 8.0, 0.0)
+        lat = (0.0, c.machine_latency_us * 1e-6, c.rack_latency_us * 1e-6, c.core_latency_us * 1e-6)
+        self._core_lat = steps * lat[3]
+        comm_m = steps * lat[1] + self._bits / (c.machine_gbps * 1e9)
+        comm_r = steps * lat[2] + self._bits / (c.rack_gbps * 1e9)
+        self._comm_level = np.stack([np.zeros_like(n), comm_m, comm_r])
+        self._uplink_gbps = c.core_gbps / (c.oversubscription * self.cfg.congestion)
+        ref = np.empty_like(n)
+        min_level = c.min_levels(j.gpus)
+        for lv in (Level.GPU, Level.MACHINE, Level.RACK, Level.CLUSTER):
+            mask = min_level == lv
+            if lv == Level.CLUSTER:
+                bw = min(c.rack_gbps, self._uplink_gbps)
+                ref[mask] = self._core_lat[mask] + self._bits[mask] / (bw * 1e9)
+            else:
+                ref[mask] = self._comm_level[int(lv)][mask]
+        self.ref_iter_s: F64 = j.compute_s + ref
+
+    # ---------------------------------------------------------------- state
+    def _reset(self) -> None:
+        n, c = len(self.jobs), self.cluster
+        self.state = np.zeros(n, dtype=np.int8)
+        self.done = np.zeros(n)
+        self.settled_at = np.zeros(n)
+        self.restore_until = np.zeros(n)
+        self.iter_s = np.ones(n)
+        self.comm_now = np.zeros(n)
+        self.attained = np.zeros(n)
+        self.first_start = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.run_s = np.zeros(n)
+        self.progress_s = np.zeros(n)
+        self.comm_s = np.zeros(n)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.widest = np.full(n, -1, dtype=np.int64)
+        self.version = np.zeros(n, dtype=np.int64)
+        self.waiting_since = np.full(n, np.nan)
+        self.last_run = np.zeros(n)
+        self.run_started = np.zeros(n)
+        self.alloc: list[Allocation | None] = [None] * n
+        self.racks: list[tuple[int, ...]] = [()] * n
+        self.free = np.full(c.machines, c.gpus_per_machine, dtype=np.int64)
+        self.free_total = c.gpus
+        self.is_active = np.zeros(n, dtype=np.bool_)
+        self.lo = 0  # every job below lo has finished
+        self.hi = 0  # every job from hi on has not arrived
+        self.n_active = 0
+        self.mark = np.zeros(n, dtype=np.bool_)
+        self.n_waiting = 0
+        self.uplink_jobs: list[set[int]] = [set() for _ in range(c.racks)]
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.next_wake = math.inf
+        self.last_decision = -math.inf
+        self.busy_t: list[float] = [0.0]
+        self.busy_g: list[int] = [0]
+        self.segments: list[Segment] = []
+        self.events = 0
+        self.decisions = 0
+
+    def _push(self, t: float, kind: int, job: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, kind, self.seq, job, int(self.version[job]) if job >= 0 else 0))
+
+    def _mark_busy(self, now: float) -> None:
+        busy = self.cluster.gpus - self.free_total
+        if self.busy_t[-1] == now:
+            self.busy_g[-1] = busy
+        else:
+            self.busy_t.append(now)
+            self.busy_g.append(busy)
+
+    # ---------------------------------------------------------------- progress
+    def _settle(self, j: int, now: float) -> None:
+        """Account progress and GPU time of running job ``j`` up to ``now``."""
+        last = float(self.settled_at[j])
+        if now <= last:
+            return
+        start = max(last, float(self.restore_until[j]))
+        if now > start:
+            dt = now - start
+            iters = dt / float(self.iter_s[j])
+            self.done[j] += iters
+            self.progress_s[j] += dt
+            self.comm_s[j] += dt * float(self.comm_now[j]) / float(self.iter_s[j])
+            if self.cfg.record_segments:
+                self.segments.append(Segment(j, start, now, None, iters))
+        held = now - last
+        self.attained[j] += held * float(self.jobs.gpus[j])
+        self.run_s[j] += held
+        self.settled_at[j] = now
+
+    def _comm_for(self, j: int, alloc: Allocation) -> float:
+        lv = alloc.level
+        if lv != Level.CLUSTER:
+            return float(self._comm_level[int(lv), j])
+        up = self.uplink_jobs
+        sharers = max([len(up[r]) for r in self.racks[j]])
+        bw = min(self.cluster.rack_gbps, self._uplink_gbps / max(sharers, 1))
+        return float(self._core_lat[j]) + float(self._bits[j]) / (bw * 1e9)
+
+    def _set_rate(self, j: int, now: float) -> None:
+        """(Re)compute job ``j``'s iteration time and reschedule its finish event."""
+        alloc = self.alloc[j]
+        assert alloc is not None
+        comm = self._comm_for(j, alloc)
+        self.comm_now[j] = comm
+        self.iter_s[j] = float(self.jobs.compute_s[j]) + comm
+        self.version[j] += 1
+        remaining = max(float(self.jobs.total_iters[j]) - float(self.done[j]), 0.0)
+        t_fin = max(now, float(self.restore_until[j])) + remaining * float(self.iter_s[j])
+        self._push(t_fin, _FINISH, j)
+
+    def _uplink_change(self, j: int, now: float, join: bool) -> None:
+        affected: set[int] = set()
+        for r in self.racks[j]:
+            affected |= self.uplink_jobs[r]
+            if join:
+                self.uplink_jobs[r].add(j)
+            else:
+                self.uplink_jobs[r].discard(j)
+        affected.discard(j)
+        for k in sorted(affected):
+            alloc_k = self.alloc[k]
+            assert alloc_k is not None
+            if self._comm_for(k, alloc_k) != float(self.comm_now[k]):
+                self._settle(k, now)
+                self._set_rate(k, now)
+
+    # ---------------------------------------------------------------- transitions
+    def _activate(self, j: int, now: float) -> None:
+        self.state[j] = WAITING
+        self.waiting_since[j] = now
+        self.is_active[j] = True
+        self.hi = j + 1
+        self.n_active += 1
+        self.n_waiting += 1
+
+    def _start(self, j: int, alloc: Allocation, now: float) -> None:
+        self.free[list(alloc.machines)] -= np.asarray(alloc.counts, dtype=np.int64)
+        self.free_total -= alloc.gpus
+        self.alloc[j] = alloc
+        self.state[j] = RUNNING
+        self.n_waiting -= 1
+        resumed = not math.isnan(float(self.first_start[j]))
+        if not resumed:
+            self.first_start[j] = now
+        self.restore_until[j] = now + (self.cfg.restore_s if resumed else 0.0)
+        self.settled_at[j] = now
+        self.run_started[j] = now
+        self.waiting_since[j] = np.nan
+        self.widest[j] = max(int(self.widest[j]), int(alloc.level))
+        if alloc.level == Level.CLUSTER:
+            self.racks[j] = alloc.racks(self.cluster)
+            self._uplink_change(j, now, join=True)
+        self._set_rate(j, now)
+        self._mark_busy(now)
+
+    def _stop_running(self, j: int, now: float) -> Allocation:
+        """Settle ``j`` and take it off the network; it still holds its GPUs."""
+        self._settle(j, now)
+        alloc = self.alloc[j]
+        assert alloc is not None
+        self.version[j] += 1  # invalidates its pending finish event
+        self.last_run[j] = now - float(self.run_started[j])
+        if alloc.level == Level.CLUSTER:
+            self._uplink_change(j, now, join=False)
+        return alloc
+
+    def _release(self, j: int, alloc: Allocation, start: float, now: float) -> None:
+        self.free[list(alloc.machines)] += np.asarray(alloc.counts, dtype=np.int64)
+        self.free_total += alloc.gpus
+        self.alloc[j] = None
+        if self.cfg.record_segments:
+            self.segments.append(Segment(j, start, now, alloc, 0.0))
+        self._mark_busy(now)
+
+    def _finish(self, j: int, now: float) -> None:
+        alloc = self._stop_running(j, now)
+        self.done[j] = float(self.jobs.total_iters[j])
+        self.state[j] = DONE
+        self.finish[j] = now
+        self._release(j, alloc, float(self.run_started[j]), now)
+        self.is_active[j] = False
+        self.n_active -= 1
+        while self.lo < self.hi and not self.is_active[self.lo]:
+            self.lo += 1
+
+    def _preempt(self, j: int, now: float) -> None:
+        self._stop_running(j, now)
+        self.preemptions[j] += 1
+        self.state[j] = CHECKPOINTING
+        self._push(now + self.cfg.checkpoint_s, _CKPT_DONE, j)
+
+    def _checkpoint_done(self, j: int, now: float) -> None:
+        alloc = self.alloc[j]
+        assert alloc is not None
+        self.run_s[j] += now - float(self.settled_at[j])
+        self.attained[j] += (now - float(self.settled_at[j])) * float(self.jobs.gpus[j])
+        self.settled_at[j] = now
+        self._release(j, alloc, float(self.run_started[j]), now)
+        self.state[j] = WAITING
+        self.waiting_since[j] = now
+        self.n_waiting += 1
+
+    # ---------------------------------------------------------------- the loop
+    def run(self, progress: ProgressFn | None = None) -> SimResult:
+        """Simulate until every job has finished."""
+        self._reset()
+        self.scheduler.reset(self.jobs, self.cluster)
+        arrivals = self.jobs.arrival_s
+        n = len(self.jobs)
+        nxt = 0
+        finished = 0
+        report_every = max(n // 200, 1)
+        while finished < n:
+            t_arr = float(arrivals[nxt]) if nxt < n else math.inf
+            t_evt = self.heap[0][0] if self.heap else math.inf
+            now = min(t_arr, t_evt)
+            if now == math.inf:
+                raise RuntimeError("simulation stalled: jobs wait but no event is pending")
+            changed = False
+            while nxt < n and float(arrivals[nxt]) <= now:
+                self._activate(nxt, now)
+                nxt += 1
+                changed = True
+            while self.heap and self.heap[0][0] <= now:
+                _, kind, _, j, ver = heapq.heappop(self.heap)
+                if kind == _WAKE:
+                    if now >= self.next_wake:
+                        self.next_wake = math.inf
+                    changed = True
+                    continue
+                if ver != int(self.version[j]):
+                    continue  # superseded by a rate change or a preemption
+                self.events += 1
+                if kind == _FINISH:
+                    self._finish(j, now)
+                    finished += 1
+                    if progress is not None and finished % report_every == 0:
+                        progress(finished / n)
+                else:
+                    self._checkpoint_done(j, now)
+                changed = True
+            if changed and self.n_waiting and (self.free_total or self.scheduler.preemptive):
+                self._maybe_decide(now)
+        if progress is not None:
+            progress(1.0)
+        return self._result()
+
+    def _view(self, now: float) -> SchedulerView:
+        ids = self._active_ids()
+        running = self.state[ids] == RUNNING
+        attained = self.attained[ids] + np.where(
+            running, (now - self.settled_at[ids]) * self.jobs.gpus[ids], 0.0
+        )
+        return SchedulerView(
+            now=now,
+            cluster=self.cluster,
+            jobs=self.jobs,
+            active=ids,
+            running=running,
+            attained_gpu_s=attained,
+            remaining_iters=self._remaining(ids, running, now),
+            ref_iter_s=self.ref_iter_s[ids],
+            waiting_since=self.waiting_since[ids],
+            running_since=np.where(running, self.run_started[ids], np.nan),
+            last_run_s=self.last_run[ids],
+            free_gpus=self.free_total,
+        )
+
+    def _active_ids(self) -> I64:
+        """Ids of arrived, unfinished jobs in arrival order."""
+        out: I64 = np.flatnonzero(self.is_active[self.lo : self.hi]) + self.lo
+        return out
+
+    def _remaining(self, ids: I64, running: np.ndarray, now: float) -> F64:
+        progressing = np.maximum(now - np.maximum(self.settled_at[ids], self.restore_until[ids]), 0.0)
+        done = self.done[ids] + np.where(running, progressing / self.iter_s[ids], 0.0)
+        out: F64 = np.maximum(self.jobs.total_iters[ids] - done, 0.0)
+        return out
+
+    def _maybe_decide(self, now: float) -> None:
+        """Decide now; within a round, a preemptive scheduler only fills free GPUs and is asked
+        again at the round's end."""
+        if self.scheduler.preemptive and self.cfg.round_s > 0:
+            due = self.last_decision + self.cfg.round_s
+            if now < due:
+                self._wake(due)
+                if self.free_total:
+                    self._decide(now, preempt=False)
+                return
+            self.last_decision = now
+        self._decide(now, preempt=self.scheduler.preemptive)
+
+    def _wake(self, t: float) -> None:
+        if t < self.next_wake:
+            self.next_wake = t
+            self._push(t, _WAKE, -1)
+
+    def _decide(self, now: float, preempt: bool) -> None:
+        self.decisions += 1
+        decision = self.scheduler.schedule(self._view(now))
+        if decision.wake_at is not None and decision.wake_at > now:
+            self._wake(decision.wake_at)
+        order = np.asarray(decision.order, dtype=np.int64)
+        if decision.max_level is None:
+            levels = np.full(order.size, int(Level.CLUSTER), dtype=np.int64)
+        else:
+            levels = np.asarray(decision.max_level, dtype=np.int64)
+        if preempt:
+            keep = self._admit(order)
+            order, levels = order[keep], levels[keep]
+            ids = self._active_ids()
+            running_now = ids[self.state[ids] == RUNNING]
+            self.mark[order] = True
+            for j in running_now[~self.mark[running_now]].tolist():
+                self._preempt(j, now)
+            self.mark[order] = False
+        self._place_in_order(order, levels, decision.blocking, now)
+
+    def _admit(self, order: I64) -> np.ndarray:
+        """Greedy by priority: the jobs whose GPU demands fit the whole cluster together."""
+        demand = self.jobs.gpus[order]
+        room = self.cluster.gpus
+        keep = np.cumsum(demand) <= room
+        k = int(np.argmin(keep)) if not keep.all() else order.size
+        room -= int(demand[:k].sum())
+        i = k
+        while room > 0:
+            rest = np.flatnonzero(demand[i:] <= room)
+            if not rest.size:
+                break
+            i += int(rest[0])
+            keep[i] = True
+            room -= int(demand[i])
+            i += 1
+        return keep
+
+    def _level_caps(self) -> list[int]:
+        """Largest job placeable now at each Level (GPU, MACHINE, RACK, CLUSTER)."""
+        c = self.cluster
+        per_machine = int(self.free.max())
+        per_rack = int(self.free.reshape(c.racks, c.machines_per_rack).sum(axis=1).max())
+        return [self.free_total, per_machine, per_rack, self.free_total]
+
+    def _place_in_order(self, order: I64, levels: I64, blocking: bool, now: float) -> None:
+        waiting = self.state[order] == WAITING
+        if not waiting.any():
+            return
+        order, levels = order[waiting], levels[waiting]
+        demand = self.jobs.gpus[order]
+        caps = self._level_caps()
+        if blocking:
+            # Only a prefix can start: up to the first job whose cumulative demand overflows.
+            k = int(np.searchsorted(np.cumsum(demand), self.free_total, side="right")) + 1
+            order, levels, demand = order[:k], levels[:k], demand[:k]
+        else:
+            cap_arr = np.asarray(caps)[levels]
+            fits = demand <= cap_arr
+            order, levels, demand = order[fits], levels[fits], demand[fits]
+        for j, lv, d in zip(order.tolist(), levels.tolist(), demand.tolist(), strict=True):
+            if self.free_total == 0:
+                return
+            alloc = None
+            if d <= caps[lv]:
+                alloc = self.placement.place(d, self.free, self.cluster, Level(lv), self.rng)
+            if alloc is None:
+                if blocking:
+                    return
+                continue
+            self._start(j, alloc, now)
+            caps = self._level_caps()
+
+    def _result(self) -> SimResult:
+        return SimResult(
+            jobs=self.jobs,
+            cluster=self.cluster,
+            scheduler=self.scheduler.name,
+            placement=self.placement.name,
+            first_start_s=self.first_start,
+            finish_s=self.finish,
+            run_s=self.run_s,
+            progress_s=self.progress_s,
+            comm_s=self.comm_s,
+            preemptions=self.preemptions,
+            widest_level=self.widest,
+            busy_t=np.asarray(self.busy_t),
+            busy_gpus=np.asarray(self.busy_g, dtype=np.int64),
+            events=self.events,
+            decisions=self.decisions,
+            segments=tuple(self.segments),
+        )

@@ -1,0 +1,104 @@
+"""The job table: one row per training job, stored as columns (numpy arrays) for speed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from recperf.core.errors import RecperfError
+
+F64 = NDArray[np.float64]
+I64 = NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class JobTable:
+    """Jobs sorted by arrival; a job's id is its row index.
+
+    A job needs ``gpus`` GPUs at once for ``total_iters`` iterations; one iteration costs
+    ``compute_s`` plus an all-reduce of ``grad_bytes`` over the placement's widest link.
+    """
+
+    name: tuple[str, ...]
+    """Job label from the trace (escaped wherever it is shown)."""
+    model: tuple[str, ...]
+    """Model or job type."""
+    arrival_s: F64
+    gpus: I64
+    total_iters: F64
+    compute_s: F64
+    """Per-iteration time with no communication beyond what the reference placement hides."""
+    grad_bytes: F64
+    """Bytes all-reduced per iteration (0 for a job insensitive to placement)."""
+
+    def __post_init__(self) -> None:
+        n = len(self.name)
+        cols = {
+            "model": len(self.model),
+            "arrival_s": len(self.arrival_s),
+            "gpus": len(self.gpus),
+            "total_iters": len(self.total_iters),
+            "compute_s": len(self.compute_s),
+            "grad_bytes": len(self.grad_bytes),
+        }
+        for col, size in cols.items():
+            if size != n:
+                raise RecperfError(f"job table: column {col!r} has {size} rows, expected {n}")
+        if n and np.any(np.diff(self.arrival_s) < 0):
+            raise RecperfError("job table: jobs must be sorted by arrival_s")
+        checks = (
+            ("arrival_s", self.arrival_s >= 0),
+            ("gpus", self.gpus >= 1),
+            ("total_iters", self.total_iters > 0),
+            ("compute_s", self.compute_s > 0),
+            ("grad_bytes", self.grad_bytes >= 0),
+        )
+        for col, ok in checks:
+            if not np.all(ok):
+                bad = int(np.flatnonzero(~ok)[0])
+                raise RecperfError(f"job table: job {self.name[bad]!r} has an invalid {col}")
+        for arr in (self.arrival_s, self.gpus, self.total_iters, self.compute_s, self.grad_bytes):
+            arr.setflags(write=False)
+
+    def __len__(self) -> int:
+        return len(self.name)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        name: list[str],
+        model: list[str],
+        arrival_s: list[float] | F64,
+        gpus: list[int] | I64,
+        total_iters: list[float] | F64,
+        compute_s: list[float] | F64,
+        grad_bytes: list[float] | F64,
+    ) -> JobTable:
+        """Build from unsorted columns: rows are stably sorted by arrival."""
+        arr = np.asarray(arrival_s, dtype=np.float64)
+        order = np.argsort(arr, kind="stable")
+        return cls(
+            name=tuple(name[i] for i in order),
+            model=tuple(model[i] for i in order),
+            arrival_s=arr[order].copy(),
+            gpus=np.asarray(gpus, dtype=np.int64)[order].copy(),
+            total_iters=np.asarray(total_iters, dtype=np.float64)[order].copy(),
+            compute_s=np.asarray(compute_s, dtype=np.float64)[order].copy(),
+            grad_bytes=np.asarray(grad_bytes, dtype=np.float64)[order].copy(),
+        )
+
+    def subset(self, rows: I64) -> JobTable:
+        """The jobs at ``rows`` (in arrival order), renumbered from 0."""
+        rows = np.sort(np.asarray(rows, dtype=np.int64))
+        return JobTable(
+            name=tuple(self.name[i] for i in rows),
+            model=tuple(self.model[i] for i in rows),
+            arrival_s=self.arrival_s[rows].copy(),
+            gpus=self.gpus[rows].copy(),
+            total_iters=self.total_iters[rows].copy(),
+            compute_s=self.compute_s[rows].copy(),
+            grad_bytes=self.grad_bytes[rows].copy(),
+        )

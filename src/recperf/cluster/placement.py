@@ -1,0 +1,108 @@
+"""Placement policies: which free GPUs a job gets (consolidated best-fit, first-fit, random)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from recperf.cluster.base import PLACEMENTS, I64, Allocation
+from recperf.cluster.topology import Cluster, Level
+
+
+def _take(order: I64, free: I64, gpus: int, cluster: Cluster) -> Allocation | None:
+    """Fill ``gpus`` from machines in ``order``, taking all free GPUs of each before the next."""
+    machines: list[int] = []
+    counts: list[int] = []
+    need = gpus
+    for m in order.tolist():
+        f = int(free[m])
+        if f <= 0:
+            continue
+        take = min(f, need)
+        machines.append(m)
+        counts.append(take)
+        need -= take
+        if need == 0:
+            return Allocation.of(machines, counts, cluster)
+    return None
+
+
+@PLACEMENTS.register("best-fit")
+class BestFit:
+    """Consolidate: the fullest machine that fits; else the fullest rack that fits, its emptiest
+    machines first (fewest machines); else racks and machines with the most free GPUs first."""
+
+    name: ClassVar[str] = "best-fit"
+
+    def place(
+        self, gpus: int, free: I64, cluster: Cluster, max_level: Level, rng: np.random.Generator
+    ) -> Allocation | None:
+        if gpus <= cluster.gpus_per_machine:
+            fits = np.flatnonzero(free >= gpus)
+            if fits.size:
+                m = int(fits[np.argmin(free[fits])])
+                return Allocation.of([m], [gpus], cluster)
+        if max_level <= Level.MACHINE:
+            return None
+        mpr = cluster.machines_per_rack
+        rack_free = free.reshape(cluster.racks, mpr).sum(axis=1)
+        fits = np.flatnonzero(rack_free >= gpus)
+        if fits.size:
+            r = int(fits[np.argmin(rack_free[fits])])
+            local = free[r * mpr : (r + 1) * mpr]
+            order = r * mpr + np.argsort(-local, kind="stable")
+            return _take(order, free, gpus, cluster)
+        if max_level <= Level.RACK or int(free.sum()) < gpus:
+            return None
+        rack_rank = np.argsort(-rack_free, kind="stable")
+        key = np.empty(cluster.machines, dtype=np.int64)
+        rank_of_rack = np.empty(cluster.racks, dtype=np.int64)
+        rank_of_rack[rack_rank] = np.arange(cluster.racks)
+        key[:] = rank_of_rack[np.arange(cluster.machines) // mpr] * (cluster.gpus_per_machine + 1)
+        key -= free
+        return _take(np.argsort(key, kind="stable"), free, gpus, cluster)
+
+
+def _within(alloc: Allocation | None, max_level: Level) -> Allocation | None:
+    return alloc if alloc is not None and alloc.level <= max_level else None
+
+
+@PLACEMENTS.register("first-fit")
+class FirstFit:
+    """Lowest-numbered machines first, filling each before the next (no locality search)."""
+
+    name: ClassVar[str] = "first-fit"
+
+    def place(
+        self, gpus: int, free: I64, cluster: Cluster, max_level: Level, rng: np.random.Generator
+    ) -> Allocation | None:
+        if int(free.sum()) < gpus:
+            return None
+        return _within(_take(np.arange(cluster.machines), free, gpus, cluster), max_level)
+
+
+@PLACEMENTS.register("random")
+class RandomSpread:
+    """Random machines with free GPUs, one GPU from each in turn (spreads jobs widely)."""
+
+    name: ClassVar[str] = "random"
+
+    def place(
+        self, gpus: int, free: I64, cluster: Cluster, max_level: Level, rng: np.random.Generator
+    ) -> Allocation | None:
+        if int(free.sum()) < gpus:
+            return None
+        candidates = np.flatnonzero(free > 0)
+        perm = candidates[rng.permutation(candidates.size)]
+        taken = np.zeros(cluster.machines, dtype=np.int64)
+        need = gpus
+        while need:
+            for m in perm.tolist():
+                if taken[m] < free[m]:
+                    taken[m] += 1
+                    need -= 1
+                    if need == 0:
+                        break
+        used = [m for m in perm.tolist() if taken[m]]
+        return _within(Allocation.of(used, [int(taken[m]) for m in used], cluster), max_level)

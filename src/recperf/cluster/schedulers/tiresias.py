@@ -1,0 +1,97 @@
+"""Tiresias: discretised two-dimensional least-attained-service (2D-LAS), preemptive.
+
+A job's attained service is the GPU-seconds it has held. Queues are bounded by service
+thresholds: a job starts in queue 0 and is demoted as its service crosses each threshold.
+Lower queues run first; within a queue, earlier arrivals first. Two guards keep it from
+thrashing: a job that was just (re)started keeps its GPUs for ``min_run_s`` (a lease), and a
+waiting job is promoted back to queue 0 once it has waited ``promote_factor`` times the time it
+has run so far (and at least ``min_run_s``): that bounds every job's wait (no starvation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from recperf.cluster.base import F64, I64, SCHEDULERS, Decision, SchedulerView
+from recperf.cluster.jobs import JobTable
+from recperf.cluster.topology import Cluster
+from recperf.core.config import check_range
+from recperf.core.errors import ConfigError
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TiresiasConfig:
+    """Queue thresholds, lease and starvation promotion of the Tiresias scheduler."""
+
+    thresholds_gpu_s: tuple[float, ...] = (3_600.0, 36_000.0)
+    """Attained GPU-seconds at which a job moves to the next queue (increasing)."""
+    promote_factor: float = 4.0
+    """Promote a waiting job to queue 0 after waiting this many times its run time (0: never)."""
+    min_run_s: float = 300.0
+    """A started job is not preempted before it has run this long."""
+
+    def __post_init__(self) -> None:
+        t = self.thresholds_gpu_s
+        if not t or t[0] <= 0 or any(b <= a for a, b in zip(t, t[1:], strict=False)):
+            raise ConfigError(
+                f"thresholds_gpu_s = {list(t)!r}: must be one or more positive, increasing values"
+            )
+        check_range("promote_factor", self.promote_factor, 0.0, 1e6)
+        check_range("min_run_s", self.min_run_s, 0.0, 1e7)
+
+
+@SCHEDULERS.register("tiresias")
+class Tiresias:
+    """2D-LAS over discrete queues with a lease and starvation promotion."""
+
+    name: ClassVar[str] = "tiresias"
+    preemptive: ClassVar[bool] = True
+    Config = TiresiasConfig
+
+    def __init__(self, config: TiresiasConfig | None = None) -> None:
+        self.config = config or TiresiasConfig()
+        self._thr = np.asarray(self.config.thresholds_gpu_s)
+        self._base = np.zeros(0)
+
+    def reset(self, jobs: JobTable, cluster: Cluster) -> None:
+        self._base = np.zeros(len(jobs))
+
+    def schedule(self, view: SchedulerView) -> Decision:
+        cfg, ids, now = self.config, view.active, view.now
+        gpus = view.jobs.gpus[ids]
+        executed = view.attained_gpu_s / gpus
+        waited = now - view.waiting_since
+        promote_at = np.maximum(cfg.promote_factor * executed, cfg.min_run_s)
+        if cfg.promote_factor > 0:
+            starving = ~view.running & (executed > 0) & (waited >= promote_at)
+            self._base[ids[starving]] = view.attained_gpu_s[starving]
+        service = view.attained_gpu_s - self._base[ids]
+        queue = np.searchsorted(self._thr, service, side="right").astype(np.int64)
+        leased = view.running & (now - view.running_since < cfg.min_run_s)
+        queue[leased] = -1
+        order = ids[np.lexsort((ids, queue))]
+        wake = self._next_change(view, gpus, service, queue, waited, promote_at)
+        return Decision(order=order, wake_at=wake)
+
+    def _next_change(
+        self, view: SchedulerView, gpus: I64, service: F64, queue: I64, waited: F64, promote_at: F64
+    ) -> float | None:
+        """When a lease ends, a running job crosses a threshold, or a waiting job is promoted."""
+        now, cfg = view.now, self.config
+        times: list[float] = []
+        leased = queue < 0
+        if leased.any():
+            times.append(float(np.min(view.running_since[leased])) + cfg.min_run_s - now)
+        demotable = view.running & ~leased & (queue < self._thr.size)
+        if demotable.any():
+            left = (self._thr[queue[demotable]] - service[demotable]) / gpus[demotable]
+            times.append(float(np.min(left)))
+        starve = ~view.running & (queue > 0)
+        if cfg.promote_factor > 0 and starve.any():
+            times.append(float(np.min(promote_at[starve] - waited[starve])))
+        if not times:
+            return None
+        return now + max(min(times), 1e-3)

@@ -1,0 +1,147 @@
+"""Philly traces in the Gavel (MSR) format, with measured per-placement speeds."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from recperf.cluster.base import TRACE_LOADERS
+from recperf.cluster.jobs import JobTable
+from recperf.cluster.network import comm_s, solve_spread_bytes
+from recperf.cluster.topology import Cluster, Level
+from recperf.core.errors import RecperfError, TraceFormatError
+
+FIELDS = ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps",
+          "arrival_time_s", "scale_factor")
+
+
+def _bundled_dir() -> Path:
+    return Path(str(resources.files("recperf") / "data" / "cluster" / "philly"))
+
+
+def _parse_line(path: Path, lineno: int, line: str) -> tuple[str, float, float, int]:
+    parts = line.rstrip("\n").split("\t")
+    if len(parts) != len(FIELDS):
+        raise TraceFormatError(path, lineno, None, f"expected {len(FIELDS)} tab-separated fields, got {len(parts)}")
+    vals: dict[str, float] = {}
+    for field, conv in (("total_steps", float), ("arrival_time_s", float), ("scale_factor", int)):
+        raw = parts[FIELDS.index(field)]
+        try:
+            vals[field] = conv(raw)
+        except ValueError:
+            raise TraceFormatError(path, lineno, field, f"not a number: {raw!r}") from None
+    if not vals["total_steps"] > 0:
+        raise TraceFormatError(path, lineno, "total_steps", "must be > 0")
+    if not vals["arrival_time_s"] >= 0:
+        raise TraceFormatError(path, lineno, "arrival_time_s", "must be >= 0")
+    if vals["scale_factor"] < 1:
+        raise TraceFormatError(path, lineno, "scale_factor", "must be >= 1")
+    if not parts[0].strip():
+        raise TraceFormatError(path, lineno, "job_type", "is empty")
+    return parts[0], vals["total_steps"], vals["arrival_time_s"], int(vals["scale_factor"])
+
+
+class Throughputs:
+    """Measured steps/s per (job type, scale factor), consolidated and spread over machines."""
+
+    def __init__(self, path: Path, gpu_type: str) -> None:
+        try:
+            data: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise RecperfError(f"{path}: cannot read throughputs: {exc}") from None
+        if gpu_type not in data or f"{gpu_type}_unconsolidated" not in data:
+            gpus = sorted(k for k in data if not k.endswith("_unconsolidated"))
+            raise RecperfError(f"{path}: no GPU type {gpu_type!r}; allowed: {', '.join(gpus)}")
+        self.path = path
+        self.cons = self._table(data[gpu_type])
+        self.spread = self._table(data[f"{gpu_type}_unconsolidated"])
+        self.scales: dict[str, list[int]] = {}
+        for jt, k in self.cons:
+            self.scales.setdefault(jt, []).append(k)
+
+    @staticmethod
+    def _table(raw: dict[str, Any]) -> dict[tuple[str, int], float]:
+        out: dict[tuple[str, int], float] = {}
+        for key, entry in raw.items():
+            inner = key.strip("()")
+            name, _, k = inner.rpartition(",")
+            rate = entry.get("null") if isinstance(entry, dict) else None
+            if isinstance(rate, int | float) and rate > 0:
+                out[(name.strip().strip("'\""), int(k))] = float(rate)
+        return out
+
+    def lookup(self, job_type: str, gpus: int) -> tuple[float, float, int]:
+        """(consolidated steps/s, spread/consolidated ratio <= 1, measured scale factor)."""
+        scales = self.scales.get(job_type)
+        if not scales:
+            raise KeyError(job_type)
+        # The largest measured scale factor not above the job's; types measured only on 1 GPU
+        # run at their 1-GPU rate while holding all their GPUs (no measured sensitivity).
+        s = max((k for k in scales if k <= gpus), default=min(scales))
+        rate = self.cons[(job_type, s)]
+        spread = self.spread.get((job_type, s), rate)
+        return rate, min(spread / rate, 1.0), s
+
+
+@TRACE_LOADERS.register("philly")
+class PhillyTrace:
+    """One ``.trace`` file or a folder of them; speeds from ``throughputs.json`` beside them
+    (or the bundled table). Job durations are ``total_steps / rate`` on ``gpu_type``."""
+
+    name: ClassVar[str] = "philly"
+    default_cluster: ClassVar[str] = "philly"
+
+    def __init__(self, gpu_type: str = "v100") -> None:
+        self.gpu_type = gpu_type
+
+    def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
+        src = source or _bundled_dir()
+        files = sorted(src.glob("*.trace")) if src.is_dir() else [src]
+        if not files:
+            raise RecperfError(f"{src}: no .trace files")
+        tp_path = files[0].parent / "throughputs.json"
+        tput = Throughputs(tp_path if tp_path.exists() else _bundled_dir() / "throughputs.json",
+                           self.gpu_type)
+        names: list[str] = []
+        types: list[str] = []
+        steps: list[float] = []
+        arrivals: list[float] = []
+        gpus: list[int] = []
+        rate: list[float] = []
+        ratio: list[float] = []
+        scale: list[int] = []
+        for path in files:
+            try:
+                lines = path.read_text().splitlines()
+            except OSError as exc:
+                raise RecperfError(f"{path}: cannot read: {exc}") from None
+            for lineno, line in enumerate(lines, 1):
+                if not line.strip():
+                    continue
+                jt, st, arr, k = _parse_line(path, lineno, line)
+                try:
+                    r, q, s = tput.lookup(jt, k)
+                except KeyError:
+                    raise TraceFormatError(path, lineno, "job_type",
+                                           f"{jt!r} is not in {tput.path.name}") from None
+                names.append(f"{path.stem}-{lineno}")
+                types.append(jt)
+                steps.append(st)
+                arrivals.append(arr)
+                gpus.append(k)
+                rate.append(r)
+                ratio.append(q)
+                scale.append(s)
+        t_cons = 1.0 / np.asarray(rate)
+        t_spread = t_cons / np.asarray(ratio)
+        s_arr = np.asarray(scale, dtype=np.int64)
+        grad = solve_spread_bytes(cluster, s_arr, t_cons, t_spread)
+        compute = np.maximum(t_cons - comm_s(cluster, Level.MACHINE, s_arr, grad), 0.2 * t_cons)
+        return JobTable.build(
+            name=names, model=types, arrival_s=arrivals, gpus=gpus,
+            total_iters=steps, compute_s=compute, grad_bytes=grad,
+        )

@@ -1,0 +1,1 @@
+"""Shared by every capability: registry, config loading, errors, result writers, progress."""

@@ -1,0 +1,34 @@
+"""The error hierarchy: anything a user can cause raises a RecperfError with a one-line message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RecperfError(Exception):
+    """An error caused by input or environment; the CLI prints it on one line and exits 2."""
+
+
+class ConfigError(RecperfError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+class RegistryError(RecperfError):
+    """A name or ``module:attr`` reference that does not resolve to a registered plug-in."""
+
+
+class TraceFormatError(RecperfError):
+    """A malformed input trace; names the file, the line (1-based) and the field."""
+
+    def __init__(self, file: str | Path, line: int | None, field: str | None, why: str) -> None:
+        self.file = str(file)
+        self.line = line
+        self.field = field
+        self.why = why
+        where = self.file if line is None else f"{self.file}:{line}"
+        what = f" field {field!r}" if field else ""
+        super().__init__(f"{where}:{what} {why}")
+
+
+class ContractError(RecperfError):
+    """A plug-in broke its Protocol's contract (raised by the conformance checks)."""
