@@ -28,6 +28,10 @@ def _take(order: I64, free: I64, gpus: int, cluster: Cluster) -> Allocation | No
     return None
 
 
+def _within(alloc: Allocation | None, max_level: Level) -> Allocation | None:
+    return alloc if alloc is not None and alloc.level <= max_level else None
+
+
 @PLACEMENTS.register("best-fit")
 class BestFit:
     """Consolidate: the fullest machine that fits; else the fullest rack that fits, its emptiest
@@ -42,7 +46,7 @@ class BestFit:
             fits = np.flatnonzero(free >= gpus)
             if fits.size:
                 m = int(fits[np.argmin(free[fits])])
-                return Allocation.of([m], [gpus], cluster)
+                return _within(Allocation.of([m], [gpus], cluster), max_level)
         if max_level <= Level.MACHINE:
             return None
         mpr = cluster.machines_per_rack
@@ -52,7 +56,7 @@ class BestFit:
             r = int(fits[np.argmin(rack_free[fits])])
             local = free[r * mpr : (r + 1) * mpr]
             order = r * mpr + np.argsort(-local, kind="stable")
-            return _take(order, free, gpus, cluster)
+            return _within(_take(order, free, gpus, cluster), max_level)
         if max_level <= Level.RACK or int(free.sum()) < gpus:
             return None
         rack_rank = np.argsort(-rack_free, kind="stable")
@@ -61,11 +65,7 @@ class BestFit:
         rank_of_rack[rack_rank] = np.arange(cluster.racks)
         key[:] = rank_of_rack[np.arange(cluster.machines) // mpr] * (cluster.gpus_per_machine + 1)
         key -= free
-        return _take(np.argsort(key, kind="stable"), free, gpus, cluster)
-
-
-def _within(alloc: Allocation | None, max_level: Level) -> Allocation | None:
-    return alloc if alloc is not None and alloc.level <= max_level else None
+        return _within(_take(np.argsort(key, kind="stable"), free, gpus, cluster), max_level)
 
 
 @PLACEMENTS.register("first-fit")
