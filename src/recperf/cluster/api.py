@@ -55,7 +55,9 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
     if spec.trace in BUNDLED:
         bundled = BUNDLED[spec.trace]
         if spec.format not in (None, bundled.format):
-            raise ConfigError(f"--format {spec.format!r} does not match bundled trace {spec.trace!r}")
+            raise ConfigError(
+                f"--format {spec.format!r} does not match bundled trace {spec.trace!r}"
+            )
         fmt, path = bundled.format, bundled_path(bundled)
     else:
         path = Path(spec.trace)
@@ -65,7 +67,9 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
                 f"bundled: {', '.join(BUNDLED)}"
             )
         if spec.format is None:
-            raise ConfigError(f"--format is required for a trace file; allowed: {', '.join(TRACE_LOADERS)}")
+            raise ConfigError(
+                f"--format is required for a trace file; allowed: {', '.join(TRACE_LOADERS)}"
+            )
         fmt = spec.format
     if fmt == "synthetic":
         return SyntheticTrace(spec.synthetic), None
@@ -125,7 +129,9 @@ def write_run(out: Path, spec: RunSpec, res: SimResult) -> dict[str, Any]:
 
 
 def compare(
-    spec: RunSpec, schedulers: Sequence[str], on_done: Callable[[str, SimResult], None] | None = None
+    spec: RunSpec,
+    schedulers: Sequence[str],
+    on_done: Callable[[str, SimResult], None] | None = None,
 ) -> dict[str, SimResult]:
     """Run several schedulers over the same loaded trace."""
     loaded = load_jobs(spec)

@@ -123,7 +123,7 @@ class PlacementPolicy(Protocol):
         max_level: Level,
         rng: np.random.Generator,
     ) -> Allocation | None:
-        """GPUs for a job of ``gpus`` within ``max_level``, or None if none fit. ``free`` is read-only."""
+        """GPUs for a ``gpus``-GPU job within ``max_level``, or None. ``free`` is read-only."""
         ...
 
 

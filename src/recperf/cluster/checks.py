@@ -46,7 +46,11 @@ class _Checked:
             raise ContractError(f"{who}: Decision.order names a job that is not active")
         if d.max_level is not None:
             levels = np.asarray(d.max_level)
-            if levels.shape != order.shape or levels.min(initial=0) < 0 or levels.max(initial=0) > 3:
+            if (
+                levels.shape != order.shape
+                or levels.min(initial=0) < 0
+                or levels.max(initial=0) > 3
+            ):
                 raise ContractError(f"{who}: Decision.max_level must align with order, values 0-3")
         if d.wake_at is not None and not d.wake_at > view.now:
             raise ContractError(f"{who}: wake_at {d.wake_at} is not after now {view.now}")
@@ -73,7 +77,9 @@ def check_result(res: SimResult) -> None:
             usage.append((seg.end_s, 0, m, -c))
     if not np.allclose(done, jobs.total_iters, rtol=1e-6):
         bad = int(np.argmax(np.abs(done - jobs.total_iters)))
-        raise ContractError(f"job {bad}: progressed {done[bad]} of {jobs.total_iters[bad]} iterations")
+        raise ContractError(
+            f"job {bad}: progressed {done[bad]} of {jobs.total_iters[bad]} iterations"
+        )
     held = np.zeros(res.cluster.machines, dtype=np.int64)
     for _t, _o, m, c in sorted(usage):  # releases sort before grants at the same instant
         held[m] += c
@@ -89,8 +95,9 @@ def check_scheduler(factory: Callable[[], Scheduler], seeds: tuple[int, ...] = (
         sched = factory()
         if not isinstance(sched, Scheduler):
             raise ContractError(f"{sched!r} does not implement the Scheduler protocol")
-        cfg = SyntheticConfig(jobs=60, load=1.2, gpus_per_job="1:0.5,2:0.2,4:0.2,8:0.1",
-                              mean_duration_s=600.0)
+        cfg = SyntheticConfig(
+            jobs=60, load=1.2, gpus_per_job="1:0.5,2:0.2,4:0.2,8:0.1", mean_duration_s=600.0
+        )
         jobs = SyntheticTrace(cfg).load(None, SMALL, np.random.default_rng(seed))
         checked = _Checked(sched)
         engine = EngineConfig(record_segments=True, checkpoint_s=5.0, restore_s=5.0)

@@ -17,7 +17,6 @@ from recperf.cluster.base import (
     F64,
     I64,
     Allocation,
-    Decision,
     PlacementPolicy,
     Scheduler,
     SchedulerView,
@@ -103,7 +102,12 @@ class Simulator:
         config: EngineConfig | None = None,
         seed: int = 0,
     ) -> None:
-        self.jobs, self.cluster, self.scheduler, self.placement = jobs, cluster, scheduler, placement
+        self.jobs, self.cluster, self.scheduler, self.placement = (
+            jobs,
+            cluster,
+            scheduler,
+            placement,
+        )
         self.cfg = config or EngineConfig()
         self.rng = np.random.default_rng(seed)
         too_big = np.flatnonzero(jobs.gpus > cluster.gpus)
@@ -184,7 +188,9 @@ class Simulator:
 
     def _push(self, t: float, kind: int, job: int) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, kind, self.seq, job, int(self.version[job]) if job >= 0 else 0))
+        heapq.heappush(
+            self.heap, (t, kind, self.seq, job, int(self.version[job]) if job >= 0 else 0)
+        )
 
     def _mark_busy(self, now: float) -> None:
         busy = self.cluster.gpus - self.free_total
@@ -399,7 +405,9 @@ class Simulator:
         return out
 
     def _remaining(self, ids: I64, running: np.ndarray, now: float) -> F64:
-        progressing = np.maximum(now - np.maximum(self.settled_at[ids], self.restore_until[ids]), 0.0)
+        progressing = np.maximum(
+            now - np.maximum(self.settled_at[ids], self.restore_until[ids]), 0.0
+        )
         done = self.done[ids] + np.where(running, progressing / self.iter_s[ids], 0.0)
         out: F64 = np.maximum(self.jobs.total_iters[ids] - done, 0.0)
         return out

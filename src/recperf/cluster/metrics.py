@@ -85,7 +85,9 @@ def utilization_series(res: SimResult, points: int = 200) -> tuple[F64, F64]:
     """Mean busy fraction in ``points`` equal windows over the makespan: (window_start_s, frac)."""
     t, g = res.busy_t, res.busy_gpus.astype(np.float64)
     t_end = float(np.nanmax(res.finish_s)) if len(res.jobs) else 0.0
-    edges = np.linspace(float(res.jobs.arrival_s.min()) if len(res.jobs) else 0.0, t_end, points + 1)
+    edges = np.linspace(
+        float(res.jobs.arrival_s.min()) if len(res.jobs) else 0.0, t_end, points + 1
+    )
     # Integral of the step function up to each edge, by interpolating its running integral.
     cum = np.concatenate([[0.0], np.cumsum(np.diff(t) * g[:-1])])
     idx = np.clip(np.searchsorted(t, edges, side="right") - 1, 0, len(t) - 1)

@@ -42,7 +42,9 @@ def allreduce_s(
     return out
 
 
-def comm_s(cluster: Cluster, level: Level, gpus: F64 | NDArray[np.int64] | int, grad_bytes: F64 | float) -> F64:
+def comm_s(
+    cluster: Cluster, level: Level, gpus: F64 | NDArray[np.int64] | int, grad_bytes: F64 | float
+) -> F64:
     """Uncontended per-iteration communication time of jobs placed at ``level``."""
     if level == Level.GPU:
         return np.zeros(np.shape(np.asarray(gpus)), dtype=np.float64)
@@ -52,7 +54,11 @@ def comm_s(cluster: Cluster, level: Level, gpus: F64 | NDArray[np.int64] | int, 
 
 
 def calibrate_reference(
-    cluster: Cluster, gpus: NDArray[np.int64], iter_s: F64, grad_bytes: F64, max_comm_frac: float = 0.8
+    cluster: Cluster,
+    gpus: NDArray[np.int64],
+    iter_s: F64,
+    grad_bytes: F64,
+    max_comm_frac: float = 0.8,
 ) -> tuple[F64, F64]:
     """Split a measured per-iteration time at the tightest placement into compute + comm.
 

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from recperf.cluster.base import PLACEMENTS, I64, Allocation
+from recperf.cluster.base import I64, PLACEMENTS, Allocation
 from recperf.cluster.topology import Cluster, Level
 
 

@@ -102,8 +102,14 @@ class Cluster:
 def _philly(machines: int, name: str) -> Cluster:
     # Philly machines had 8 GPUs (P100/V100 era) with 100 Gbit/s InfiniBand; racks of 8.
     return Cluster(
-        name=name, racks=machines // 8, machines_per_rack=8, gpus_per_machine=8,
-        machine_gbps=1200.0, rack_gbps=100.0, core_gbps=400.0, oversubscription=2.0,
+        name=name,
+        racks=machines // 8,
+        machines_per_rack=8,
+        gpus_per_machine=8,
+        machine_gbps=1200.0,
+        rack_gbps=100.0,
+        core_gbps=400.0,
+        oversubscription=2.0,
     )
 
 
@@ -114,23 +120,46 @@ PRESETS: dict[str, Cluster] = {
     "philly-third": _philly(120, "philly-third"),
     # Tiresias' simulator shapes (n32g4.csv, n256g8.csv): switches x nodes x GPUs.
     "tiresias-n32g4": Cluster(
-        name="tiresias-n32g4", racks=1, machines_per_rack=32, gpus_per_machine=4,
-        machine_gbps=400.0, rack_gbps=100.0, core_gbps=400.0,
+        name="tiresias-n32g4",
+        racks=1,
+        machines_per_rack=32,
+        gpus_per_machine=4,
+        machine_gbps=400.0,
+        rack_gbps=100.0,
+        core_gbps=400.0,
     ),
     "tiresias-n256g8": Cluster(
-        name="tiresias-n256g8", racks=8, machines_per_rack=32, gpus_per_machine=8,
-        machine_gbps=1200.0, rack_gbps=100.0, core_gbps=800.0, oversubscription=2.0,
+        name="tiresias-n256g8",
+        racks=8,
+        machines_per_rack=32,
+        gpus_per_machine=8,
+        machine_gbps=1200.0,
+        rack_gbps=100.0,
+        core_gbps=800.0,
+        oversubscription=2.0,
     ),
     # Helios (SenseTime) runs 8-GPU machines on 100 Gbit/s InfiniBand; 128 GPUs in 4 racks loads
     # the 500-job extract to about 0.65.
     "helios": Cluster(
-        name="helios", racks=4, machines_per_rack=4, gpus_per_machine=8,
-        machine_gbps=1200.0, rack_gbps=100.0, core_gbps=200.0, oversubscription=2.0,
+        name="helios",
+        racks=4,
+        machines_per_rack=4,
+        gpus_per_machine=8,
+        machine_gbps=1200.0,
+        rack_gbps=100.0,
+        core_gbps=200.0,
+        oversubscription=2.0,
     ),
     # 1,024 GPUs for large synthetic runs.
     "synthetic-1024": Cluster(
-        name="synthetic-1024", racks=8, machines_per_rack=16, gpus_per_machine=8,
-        machine_gbps=1200.0, rack_gbps=100.0, core_gbps=800.0, oversubscription=2.0,
+        name="synthetic-1024",
+        racks=8,
+        machines_per_rack=16,
+        gpus_per_machine=8,
+        machine_gbps=1200.0,
+        rack_gbps=100.0,
+        core_gbps=800.0,
+        oversubscription=2.0,
     ),
 }
 
@@ -147,6 +176,4 @@ def load_cluster(spec: str) -> Cluster:
             raise ConfigError(f"{path}: [cluster] must be a table")
         table = {"name": path.stem, **table}
         return from_mapping(Cluster, table, source=str(path))
-    raise ConfigError(
-        f"unknown cluster {spec!r}; allowed: {', '.join(PRESETS)} or a .toml file"
-    )
+    raise ConfigError(f"unknown cluster {spec!r}; allowed: {', '.join(PRESETS)} or a .toml file")

@@ -118,7 +118,12 @@ def parse_overrides(pairs: list[str] | None, source: str = "--set") -> dict[str,
 
 
 def check_range(
-    name: str, value: float, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False
+    name: str,
+    value: float,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
 ) -> None:
     """Raise ConfigError naming ``name`` and the allowed range if ``value`` is outside it."""
     bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (
@@ -128,4 +133,6 @@ def check_range(
         lo_s = "-inf" if lo is None else f"{lo:g}"
         hi_s = "inf" if hi is None else f"{hi:g}"
         bracket = "(" if lo_open else "["
-        raise ConfigError(f"{name} = {value!r} is outside the allowed range {bracket}{lo_s}, {hi_s}]")
+        raise ConfigError(
+            f"{name} = {value!r} is outside the allowed range {bracket}{lo_s}, {hi_s}]"
+        )

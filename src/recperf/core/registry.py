@@ -47,11 +47,15 @@ class Registry(Generic[T]):
             try:
                 module = importlib.import_module(module_name)
             except ImportError as exc:
-                raise RegistryError(f"{self.kind} {name!r}: cannot import {module_name!r}: {exc}")
+                raise RegistryError(
+                    f"{self.kind} {name!r}: cannot import {module_name!r}: {exc}"
+                ) from None
             try:
                 obj: Callable[..., T] = getattr(module, attr)
             except AttributeError:
-                raise RegistryError(f"{self.kind} {name!r}: {module_name!r} has no {attr!r}")
+                raise RegistryError(
+                    f"{self.kind} {name!r}: {module_name!r} has no {attr!r}"
+                ) from None
             return obj
         allowed = ", ".join(self.names())
         raise RegistryError(f"unknown {self.kind} {name!r}; allowed: {allowed} or 'module:attr'")

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it over ``path`` only if the block succeeds."""
+    """Yield a temporary path beside ``path``; rename it over ``path`` if the block succeeds."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

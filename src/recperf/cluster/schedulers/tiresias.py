@@ -10,6 +10,7 @@ has run so far (and at least ``min_run_s``): that bounds every job's wait (no st
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,7 +36,7 @@ class TiresiasConfig:
 
     def __post_init__(self) -> None:
         t = self.thresholds_gpu_s
-        if not t or t[0] <= 0 or any(b <= a for a, b in zip(t, t[1:], strict=False)):
+        if not t or t[0] <= 0 or any(b <= a for a, b in itertools.pairwise(t)):
             raise ConfigError(
                 f"thresholds_gpu_s = {list(t)!r}: must be one or more positive, increasing values"
             )

@@ -37,7 +37,7 @@ def _record_lines(text: str, count: int) -> list[int]:
                 lines.append(line)
         elif ch in "]}":
             depth -= 1
-    return lines + [0] * (count - len(lines))
+    return lines + [0] * (count - len(lines))  # 0: unknown
 
 
 @TRACE_LOADERS.register("helios")
@@ -48,7 +48,9 @@ class HeliosTrace:
     default_cluster: ClassVar[str] = "helios"
 
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
-        path = source or Path(str(resources.files("recperf") / "data/cluster/helios/sense-500.json"))
+        path = source or Path(
+            str(resources.files("recperf") / "data/cluster/helios/sense-500.json")
+        )
         try:
             text = path.read_text()
             records = json.loads(text)
@@ -59,14 +61,18 @@ class HeliosTrace:
         if not isinstance(records, list):
             raise TraceFormatError(path, 1, None, "expected a JSON array of job records")
         starts = _record_lines(text, len(records))
-        names, models = [], []
-        gpus, arr, dur = [], [], []
-        for rec, line in zip(records, starts, strict=True):
+        names: list[str] = []
+        models: list[str] = []
+        gpus: list[int] = []
+        arr: list[float] = []
+        dur: list[float] = []
+        for rec, start in zip(records, starts, strict=True):
+            line = start or None
             if not isinstance(rec, dict):
-                raise TraceFormatError(path, line or None, None, "a record is not a JSON object")
+                raise TraceFormatError(path, line, None, "a record is not a JSON object")
             for field in ("max_parallelism", "arrival_time", "duration", "model"):
                 if field not in rec:
-                    raise TraceFormatError(path, line or None, field, "is missing")
+                    raise TraceFormatError(path, line, field, "is missing")
             gpus.append(integer(path, line, "max_parallelism", rec["max_parallelism"]))
             arr.append(number(path, line, "arrival_time", rec["arrival_time"], positive=False))
             dur.append(number(path, line, "duration", rec["duration"], positive=True))
@@ -80,6 +86,11 @@ class HeliosTrace:
         grad = np.asarray([grad_bytes_for(m) for m in models])
         compute, grad = calibrate_reference(cluster, gpus_arr, iter_s, grad)
         return JobTable.build(
-            name=names, model=models, arrival_s=arr, gpus=gpus_arr,
-            total_iters=it, compute_s=compute, grad_bytes=grad,
+            name=names,
+            model=models,
+            arrival_s=arr,
+            gpus=gpus_arr,
+            total_iters=it,
+            compute_s=compute,
+            grad_bytes=grad,
         )

@@ -15,8 +15,15 @@ from recperf.cluster.network import comm_s, solve_spread_bytes
 from recperf.cluster.topology import Cluster, Level
 from recperf.core.errors import RecperfError, TraceFormatError
 
-FIELDS = ("job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps",
-          "arrival_time_s", "scale_factor")
+FIELDS = (
+    "job_type",
+    "command",
+    "num_steps_arg",
+    "needs_data_dir",
+    "total_steps",
+    "arrival_time_s",
+    "scale_factor",
+)
 
 
 def _bundled_dir() -> Path:
@@ -26,7 +33,9 @@ def _bundled_dir() -> Path:
 def _parse_line(path: Path, lineno: int, line: str) -> tuple[str, float, float, int]:
     parts = line.rstrip("\n").split("\t")
     if len(parts) != len(FIELDS):
-        raise TraceFormatError(path, lineno, None, f"expected {len(FIELDS)} tab-separated fields, got {len(parts)}")
+        raise TraceFormatError(
+            path, lineno, None, f"expected {len(FIELDS)} tab-separated fields, got {len(parts)}"
+        )
     vals: dict[str, float] = {}
     for field, conv in (("total_steps", float), ("arrival_time_s", float), ("scale_factor", int)):
         raw = parts[FIELDS.index(field)]
@@ -104,8 +113,9 @@ class PhillyTrace:
         if not files:
             raise RecperfError(f"{src}: no .trace files")
         tp_path = files[0].parent / "throughputs.json"
-        tput = Throughputs(tp_path if tp_path.exists() else _bundled_dir() / "throughputs.json",
-                           self.gpu_type)
+        tput = Throughputs(
+            tp_path if tp_path.exists() else _bundled_dir() / "throughputs.json", self.gpu_type
+        )
         names: list[str] = []
         types: list[str] = []
         steps: list[float] = []
@@ -126,8 +136,9 @@ class PhillyTrace:
                 try:
                     r, q, s = tput.lookup(jt, k)
                 except KeyError:
-                    raise TraceFormatError(path, lineno, "job_type",
-                                           f"{jt!r} is not in {tput.path.name}") from None
+                    raise TraceFormatError(
+                        path, lineno, "job_type", f"{jt!r} is not in {tput.path.name}"
+                    ) from None
                 names.append(f"{path.stem}-{lineno}")
                 types.append(jt)
                 steps.append(st)
@@ -142,6 +153,11 @@ class PhillyTrace:
         grad = solve_spread_bytes(cluster, s_arr, t_cons, t_spread)
         compute = np.maximum(t_cons - comm_s(cluster, Level.MACHINE, s_arr, grad), 0.2 * t_cons)
         return JobTable.build(
-            name=names, model=types, arrival_s=arrivals, gpus=gpus,
-            total_iters=steps, compute_s=compute, grad_bytes=grad,
+            name=names,
+            model=types,
+            arrival_s=arrivals,
+            gpus=gpus,
+            total_iters=steps,
+            compute_s=compute,
+            grad_bytes=grad,
         )

@@ -1,4 +1,4 @@
-"""Synthetic traces: Poisson arrivals at a target load, a GPU-demand mix, exp/lognormal durations."""
+"""Synthetic traces: Poisson arrivals at a set load, a GPU-demand mix, exp/lognormal durations."""
 
 from __future__ import annotations
 
@@ -85,7 +85,9 @@ class SyntheticTrace:
         cfg = self.config
         sizes, weights = parse_mix(cfg.gpus_per_job)
         if max(sizes) > cluster.gpus:
-            raise ConfigError(f"gpus_per_job asks for {max(sizes)} GPUs; the cluster has {cluster.gpus}")
+            raise ConfigError(
+                f"gpus_per_job asks for {max(sizes)} GPUs; the cluster has {cluster.gpus}"
+            )
         n = cfg.jobs
         gpus = rng.choice(np.asarray(sizes, dtype=np.int64), size=n, p=np.asarray(weights))
         if cfg.duration_dist == "exp":
@@ -104,6 +106,11 @@ class SyntheticTrace:
         grad = np.asarray([grad_bytes_for(m) for m in models])
         compute, grad = calibrate_reference(cluster, gpus, iter_s, grad)
         return JobTable.build(
-            name=[f"syn-{i}" for i in range(n)], model=models, arrival_s=arrivals, gpus=gpus,
-            total_iters=dur / iter_s, compute_s=compute, grad_bytes=grad,
+            name=[f"syn-{i}" for i in range(n)],
+            model=models,
+            arrival_s=arrivals,
+            gpus=gpus,
+            total_iters=dur / iter_s,
+            compute_s=compute,
+            grad_bytes=grad,
         )

@@ -28,7 +28,9 @@ class TiresiasTrace:
     default_cluster: ClassVar[str] = "tiresias-n32g4"
 
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
-        path = source or Path(str(resources.files("recperf") / "data/cluster/tiresias/trace-480.csv"))
+        path = source or Path(
+            str(resources.files("recperf") / "data/cluster/tiresias/trace-480.csv")
+        )
         try:
             text = path.read_text()
         except OSError as exc:
@@ -43,7 +45,9 @@ class TiresiasTrace:
         for row in reader:
             line = reader.line_num
             cols["gpus"].append(integer(path, line, "num_gpu", row["num_gpu"]))
-            cols["arr"].append(number(path, line, "submit_time", row["submit_time"], positive=False))
+            cols["arr"].append(
+                number(path, line, "submit_time", row["submit_time"], positive=False)
+            )
             cols["iters"].append(number(path, line, "iterations", row["iterations"], positive=True))
             cols["dur"].append(number(path, line, "duration", row["duration"], positive=True))
             names.append(str(row["job_id"]))
@@ -54,6 +58,11 @@ class TiresiasTrace:
         grad = np.asarray([grad_bytes_for(m) for m in models])
         compute, grad = calibrate_reference(cluster, gpus_arr, iter_s, grad)
         return JobTable.build(
-            name=names, model=models, arrival_s=cols["arr"], gpus=gpus_arr,
-            total_iters=iters, compute_s=compute, grad_bytes=grad,
+            name=names,
+            model=models,
+            arrival_s=cols["arr"],
+            gpus=gpus_arr,
+            total_iters=iters,
+            compute_s=compute,
+            grad_bytes=grad,
         )

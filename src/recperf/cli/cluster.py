@@ -1,0 +1,252 @@
+"""``recperf cluster``: simulate GPU-cluster schedulers on real or synthetic traces."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from recperf.cli.common import console, err_console, one_line_errors, print_table
+from recperf.cluster.api import RunSpec, compare, load_jobs, simulate, write_run
+from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS
+from recperf.cluster.engine import EngineConfig
+from recperf.cluster.topology import PRESETS
+from recperf.cluster.traces import BUNDLED
+from recperf.cluster.traces.synthetic import SyntheticConfig
+from recperf.core.config import from_mapping, load_toml, parse_overrides
+from recperf.core.errors import ConfigError
+from recperf.core.progress import progress_bar
+from recperf.core.results import dumps_json, write_json
+
+app = typer.Typer(help="GPU-cluster scheduling simulator on real traces.", no_args_is_help=True)
+
+TABLE_COLUMNS = (
+    "scheduler",
+    "jobs_finished",
+    "makespan_s",
+    "jct_mean_s",
+    "jct_p95_s",
+    "queue_mean_s",
+    "utilization",
+    "comm_overhead_frac",
+    "preemptions",
+)
+
+TraceOpt = typer.Option(
+    ..., "--trace", help=f"Bundled trace ({', '.join(BUNDLED)}) or a file path."
+)
+FormatOpt = typer.Option(
+    None, "--format", help=f"Format of a trace file: {', '.join(TRACE_LOADERS)}."
+)
+PlacementOpt = typer.Option(
+    "best-fit", help=f"Placement policy: {', '.join(PLACEMENTS)}, or module:attr."
+)
+ClusterOpt = typer.Option(
+    None,
+    help=f"Cluster preset ({', '.join(PRESETS)}) or a TOML file. Default: the trace's own cluster.",
+)
+SeedOpt = typer.Option(0, help="Seed for synthetic traces and random placement.")
+ConfigOpt = typer.Option(
+    None,
+    "--config",
+    help="TOML file with [synthetic], [engine] and [scheduler] tables; flags override it.",
+)
+JobsOpt = typer.Option(None, help="Synthetic: number of jobs.")
+LoadOpt = typer.Option(None, help="Synthetic: offered load (arrival rate x GPU-seconds / GPUs).")
+GpusOpt = typer.Option(
+    None, "--gpus-per-job", help="Synthetic: K, or a mix like 1:0.6,4:0.3,8:0.1."
+)
+DistOpt = typer.Option(None, "--duration-dist", help="Synthetic: exp or lognormal.")
+MeanOpt = typer.Option(None, "--mean-duration-s", help="Synthetic: mean job run time (s).")
+CkptOpt = typer.Option(None, "--checkpoint-s", help="Seconds a preempted job keeps its GPUs.")
+RestoreOpt = typer.Option(
+    None, "--restore-s", help="Seconds a resumed job holds GPUs before progressing."
+)
+RoundOpt = typer.Option(None, "--round-s", help="Preemption round length (s); 0 = any event.")
+OptOpt = typer.Option(None, "--opt", help="Scheduler option key=value (repeatable).")
+
+
+def build_spec(
+    trace: str,
+    fmt: str | None,
+    scheduler: str,
+    placement: str,
+    cluster: str | None,
+    seed: int,
+    config: Path | None,
+    synth: dict[str, Any],
+    engine: dict[str, Any],
+    opts: list[str] | None,
+) -> RunSpec:
+    """Merge a --config TOML file and the flags into one RunSpec (flags win)."""
+    file: dict[str, Any] = load_toml(config) if config else {}
+    unknown = sorted(set(file) - {"synthetic", "engine", "scheduler"})
+    if unknown:
+        raise ConfigError(
+            f"{config}: unknown table [{unknown[0]}]; allowed: synthetic, engine, scheduler"
+        )
+    given = {k: v for k, v in synth.items() if v is not None}
+    is_synthetic = trace == "synthetic" or fmt == "synthetic"
+    if given and not is_synthetic:
+        raise ConfigError(
+            f"--{next(iter(given)).replace('_', '-')} only applies to --trace synthetic"
+        )
+    synthetic = from_mapping(SyntheticConfig, {**file.get("synthetic", {}), **given}, "synthetic")
+    eng = {**file.get("engine", {}), **{k: v for k, v in engine.items() if v is not None}}
+    sched_opts = {**file.get("scheduler", {}), **parse_overrides(opts, "--opt")}
+    return RunSpec(
+        trace=trace,
+        format=fmt,
+        scheduler=scheduler,
+        scheduler_options=sched_opts,
+        placement=placement,
+        cluster=cluster,
+        seed=seed,
+        synthetic=synthetic,
+        engine=from_mapping(EngineConfig, eng, "engine"),
+    )
+
+
+@app.command("simulate")
+@one_line_errors
+def simulate_cmd(
+    trace: str = TraceOpt,
+    scheduler: str = typer.Option(..., help=f"Scheduler: {', '.join(SCHEDULERS)}, or module:attr."),
+    out: Path = typer.Option(
+        ..., help="Directory for summary.json, jobs.parquet, utilization.parquet."
+    ),
+    fmt: str | None = FormatOpt,
+    placement: str = PlacementOpt,
+    cluster: str | None = ClusterOpt,
+    seed: int = SeedOpt,
+    config: Path | None = ConfigOpt,
+    jobs: int | None = JobsOpt,
+    load: float | None = LoadOpt,
+    gpus_per_job: str | None = GpusOpt,
+    duration_dist: str | None = DistOpt,
+    mean_duration_s: float | None = MeanOpt,
+    checkpoint_s: float | None = CkptOpt,
+    restore_s: float | None = RestoreOpt,
+    round_s: float | None = RoundOpt,
+    opt: list[str] | None = OptOpt,
+    json_out: bool = typer.Option(False, "--json", help="Print summary.json to stdout."),
+) -> None:
+    """Simulate one scheduler on a trace and write its results to --out."""
+    spec = build_spec(
+        trace,
+        fmt,
+        scheduler,
+        placement,
+        cluster,
+        seed,
+        config,
+        {
+            "jobs": jobs,
+            "load": load,
+            "gpus_per_job": gpus_per_job,
+            "duration_dist": duration_dist,
+            "mean_duration_s": mean_duration_s,
+        },
+        {"checkpoint_s": checkpoint_s, "restore_s": restore_s, "round_s": round_s},
+        opt,
+    )
+    loaded = load_jobs(spec)
+    t0 = time.perf_counter()
+    with progress_bar(f"{spec.scheduler} on {spec.trace}") as bar:
+        res = simulate(spec, progress=bar, loaded=loaded)
+    wall = time.perf_counter() - t0
+    summary = write_run(out, spec, res)
+    if json_out:
+        typer.echo(dumps_json(summary), nl=False)
+    print_table(
+        f"{spec.trace} on {summary['cluster']} ({summary['cluster_gpus']} GPUs)",
+        [summary],
+        TABLE_COLUMNS,
+    )
+    err_console.print(
+        f"{res.events:,} events in {wall:.2f} s ({res.events / max(wall, 1e-9):,.0f}/s); "
+        f"results in {out}"
+    )
+
+
+@app.command("compare")
+@one_line_errors
+def compare_cmd(
+    trace: str = TraceOpt,
+    schedulers: str = typer.Option(
+        "fifo,sjf,srtf,tiresias,consolidate", help="Comma-separated schedulers."
+    ),
+    out: Path = typer.Option(..., help="Directory: one subfolder per scheduler plus compare.json."),
+    fmt: str | None = FormatOpt,
+    placement: str = PlacementOpt,
+    cluster: str | None = ClusterOpt,
+    seed: int = SeedOpt,
+    config: Path | None = ConfigOpt,
+    jobs: int | None = JobsOpt,
+    load: float | None = LoadOpt,
+    gpus_per_job: str | None = GpusOpt,
+    duration_dist: str | None = DistOpt,
+    mean_duration_s: float | None = MeanOpt,
+    checkpoint_s: float | None = CkptOpt,
+    restore_s: float | None = RestoreOpt,
+    round_s: float | None = RoundOpt,
+    json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
+) -> None:
+    """Run several schedulers on the same trace and print one table."""
+    names = [s.strip() for s in schedulers.split(",") if s.strip()]
+    if not names:
+        raise ConfigError("--schedulers is empty")
+    for name in names:
+        SCHEDULERS.factory(name)  # fail before any long run on a misspelt name
+    spec = build_spec(
+        trace,
+        fmt,
+        names[0],
+        placement,
+        cluster,
+        seed,
+        config,
+        {
+            "jobs": jobs,
+            "load": load,
+            "gpus_per_job": gpus_per_job,
+            "duration_dist": duration_dist,
+            "mean_duration_s": mean_duration_s,
+        },
+        {"checkpoint_s": checkpoint_s, "restore_s": restore_s, "round_s": round_s},
+        None,
+    )
+    rows: list[dict[str, Any]] = []
+    with progress_bar(f"{len(names)} schedulers on {trace}") as bar:
+
+        def done(name: str, res: Any) -> None:
+            rows.append(write_run(out / name, spec.replace(scheduler=name), res))
+            bar(len(rows) / len(names))
+
+        compare(spec, names, on_done=done)
+    write_json(out / "compare.json", {"trace": trace, "runs": rows})
+    if json_out:
+        typer.echo(dumps_json({"trace": trace, "runs": rows}), nl=False)
+    print_table(
+        f"{trace} on {rows[0]['cluster']} ({rows[0]['cluster_gpus']} GPUs)", rows, TABLE_COLUMNS
+    )
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """List bundled traces, cluster presets, schedulers and placement policies."""
+    console.print(
+        "[bold]traces[/]: " + ", ".join(f"{k} ({v.description})" for k, v in BUNDLED.items())
+    )
+    console.print(
+        "[bold]clusters[/]: "
+        + ", ".join(
+            f"{k} ({c.racks}x{c.machines_per_rack}x{c.gpus_per_machine}={c.gpus} GPUs)"
+            for k, c in PRESETS.items()
+        )
+    )
+    console.print("[bold]schedulers[/]: " + ", ".join(SCHEDULERS))
+    console.print("[bold]placements[/]: " + ", ".join(PLACEMENTS))
+    console.print("[bold]formats[/]: " + ", ".join(TRACE_LOADERS))

@@ -1,0 +1,52 @@
+"""Helpers shared by the CLI command groups: error handling and result tables."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from recperf.core.errors import RecperfError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 140)
+
+
+def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn a RecperfError into one line on stderr and exit code 2; other errors keep tracebacks."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except RecperfError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "-"
+        return f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"
+    return str(value)
+
+
+def print_table(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
+    """A rich table with one row per mapping (to stderr when stdout carries JSON)."""
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("scheduler", "trace", "name") else "right")
+    for row in rows:
+        table.add_row(*(fmt(row.get(col, "")) for col in columns))
+    (err_console if not sys.stdout.isatty() else console).print(table)

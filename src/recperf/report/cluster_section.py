@@ -1,0 +1,276 @@
+"""The report's cluster section: five schedulers compared on bundled traces, as figures and tables.
+
+Every string that comes from a trace (job, model, scheduler and trace names) is escaped here:
+with ``html.escape`` in hand-built HTML, and also in plotly labels, which plotly renders as a
+small HTML subset and whose entities it decodes for display.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+
+from recperf.cluster.api import RunSpec, compare
+from recperf.cluster.engine import SimResult
+from recperf.cluster.metrics import summarize, utilization_series
+from recperf.core.progress import ProgressFn
+from recperf.report.section import Section, figure_html, fmt_num, table_html
+
+KEY = "cluster"
+TITLE = "GPU-cluster scheduling"
+SCHEDULERS = ("fifo", "sjf", "srtf", "tiresias", "consolidate")
+TRACES = ("tiresias-480", "helios-500")
+"""Each on its own default cluster (tiresias-n32g4, helios); both together run in seconds."""
+QUICK_TRACES = ("tiresias-480",)
+LONGEST_JOBS = 5
+# Figures carry plain lists, not plotly's base64 arrays, so the page's own check can count the
+# points of every trace and report.html stays readable.
+_LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "height": 380,
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+    "legend": {"orientation": "h", "y": -0.2},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRun:
+    """One trace simulated under several schedulers (``results`` in display order)."""
+
+    trace: str
+    results: Mapping[str, SimResult]
+    seconds: float
+
+
+def run_trace(
+    trace: str, schedulers: Sequence[str] = SCHEDULERS, progress: ProgressFn | None = None
+) -> ClusterRun:
+    """Simulate ``trace`` on its default cluster under each scheduler; ``progress`` gets 0..1."""
+    done = 0
+
+    def on_done(_name: str, _res: SimResult) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done / len(schedulers))
+
+    start = time.perf_counter()
+    results = compare(RunSpec(trace=trace), list(schedulers), on_done=on_done)
+    return ClusterRun(trace=trace, results=results, seconds=time.perf_counter() - start)
+
+
+def cluster_section(*, quick: bool = False, progress: ProgressFn | None = None) -> Section:
+    """Run the embedded default (``quick``: one trace) and build the section."""
+    traces = QUICK_TRACES if quick else TRACES
+    runs = []
+    for i, trace in enumerate(traces):
+
+        def sub(frac: float, i: int = i) -> None:
+            if progress is not None:
+                progress((i + frac) / len(traces))
+
+        runs.append(run_trace(trace, SCHEDULERS, sub))
+    return section_from_runs(runs)
+
+
+def section_from_runs(runs: Sequence[ClusterRun]) -> Section:
+    """The section for already simulated runs: one block of figures and tables per trace."""
+    intro = (
+        "<p>Each trace is replayed by the event-driven simulator on its default cluster under "
+        "each scheduler, with the same placement policy; JCT is job completion time (finish "
+        "minus arrival).</p>"
+    )
+    blocks = [_run_html(i, run) for i, run in enumerate(runs)]
+    data = {
+        "schedulers": list(runs[0].results) if runs else [],
+        "traces": {run.trace: _run_data(run) for run in runs},
+    }
+    return Section(title=TITLE, key=KEY, html=intro + "".join(blocks), data=data)
+
+
+def _run_data(run: ClusterRun) -> dict[str, Any]:
+    first = next(iter(run.results.values()))
+    return {
+        "cluster": first.cluster.name,
+        "cluster_gpus": first.cluster.gpus,
+        "placement": first.placement,
+        "jobs": len(first.jobs),
+        "simulated_in_s": run.seconds,
+        "schedulers": {name: summarize(res) for name, res in run.results.items()},
+    }
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "trace"
+
+
+def _run_html(index: int, run: ClusterRun) -> str:
+    first = next(iter(run.results.values()))
+    where = (
+        f"trace {run.trace}, cluster {first.cluster.name} ({first.cluster.gpus} GPUs), "
+        f"{len(first.jobs)} jobs, {first.placement} placement"
+    )
+    fid = f"cluster-{index}-{_slug(run.trace)}"
+    summaries = {name: summarize(res) for name, res in run.results.items()}
+    figures = [
+        figure_html(f"{fid}-jct-cdf", _jct_cdf(run), f"JCT CDF per scheduler; {where}."),
+        figure_html(f"{fid}-util", _utilization(run), f"GPUs held over time; {where}."),
+        figure_html(
+            f"{fid}-makespan",
+            _bars(run, summaries, "makespan_s", 1 / 3600, "Makespan (h)"),
+            f"Makespan: first arrival to last finish; {where}.",
+        ),
+        figure_html(
+            f"{fid}-jct-mean",
+            _bars(run, summaries, "jct_mean_s", 1.0, "Mean JCT (s)"),
+            f"Mean job completion time; {where}.",
+        ),
+    ]
+    return (
+        f'<h3 id="{fid}">Trace {html.escape(run.trace)}</h3>'
+        f"<p>{html.escape(where[0].upper() + where[1:])}; all {len(run.results)} schedulers simulated in "
+        f"{run.seconds:.1f} s.</p>"
+        + _summary_table(summaries)
+        + f'<div class="rp-grid">{"".join(figures)}</div>'
+        + _longest_jobs_table(run, summaries)
+    )
+
+
+def _title(text: str) -> dict[str, Any]:
+    return {"text": html.escape(text), "font": {"size": 15}}
+
+
+def _jct_cdf(run: ClusterRun) -> go.Figure:
+    fig = go.Figure()
+    for name, res in run.results.items():
+        jct = res.finish_s - res.jobs.arrival_s
+        order = np.argsort(jct)
+        order = order[~np.isnan(jct[order])]
+        labels = [html.escape(f"{res.jobs.name[j]} ({res.jobs.model[j]})") for j in order]
+        fig.add_trace(
+            go.Scatter(
+                x=jct[order].tolist(),
+                y=(np.arange(1, order.size + 1) / len(res.jobs)).tolist(),
+                mode="lines",
+                line={"shape": "hv"},
+                name=html.escape(name),
+                text=labels,
+                hovertemplate="%{text}<br>JCT %{x:,.0f} s<br>%{y:.1%} of jobs",
+            )
+        )
+    fig.update_layout(
+        **_LAYOUT,
+        title=_title(f"JCT CDF — {run.trace}"),
+        xaxis={"type": "log", "title": "JCT (s, log scale)"},
+        yaxis={"title": "fraction of jobs finished", "range": [0, 1.02]},
+    )
+    return fig
+
+
+def _utilization(run: ClusterRun) -> go.Figure:
+    fig = go.Figure()
+    t0 = min(float(res.jobs.arrival_s.min()) for res in run.results.values())
+    for name, res in run.results.items():
+        start, frac = utilization_series(res)
+        fig.add_trace(
+            go.Scatter(
+                x=((start - t0) / 3600.0).tolist(),
+                y=(frac * 100.0).tolist(),
+                mode="lines",
+                name=html.escape(name),
+            )
+        )
+    fig.update_layout(
+        **_LAYOUT,
+        title=_title(f"GPU utilisation over time — {run.trace}"),
+        xaxis={"title": "hours since first arrival"},
+        yaxis={"title": "GPUs held (%)", "range": [0, 102]},
+    )
+    return fig
+
+
+def _bars(
+    run: ClusterRun, summaries: Mapping[str, dict[str, Any]], key: str, scale: float, label: str
+) -> go.Figure:
+    names = list(summaries)
+    values = [float(summaries[n][key]) * scale for n in names]
+    fig = go.Figure(
+        go.Bar(
+            x=[html.escape(n) for n in names],
+            y=values,
+            text=[fmt_num(v) for v in values],
+            textposition="outside",
+            marker={"color": "#4c78a8"},
+        )
+    )
+    fig.update_layout(
+        **{**_LAYOUT, "showlegend": False},
+        title=_title(f"{label} — {run.trace}"),
+        yaxis={"title": label, "rangemode": "tozero"},
+    )
+    return fig
+
+
+# (summary key, column header, scale, decimals, better: -1 lower / +1 higher / 0 neither)
+_COLUMNS: tuple[tuple[str, str, float, int, int], ...] = (
+    ("jobs_finished", "jobs done", 1, 0, 0),
+    ("makespan_s", "makespan (h)", 1 / 3600, 2, -1),
+    ("jct_mean_s", "mean JCT (s)", 1, 0, -1),
+    ("jct_p50_s", "p50 JCT (s)", 1, 0, -1),
+    ("jct_p95_s", "p95 JCT (s)", 1, 0, -1),
+    ("jct_p99_s", "p99 JCT (s)", 1, 0, -1),
+    ("queue_mean_s", "mean queue (s)", 1, 0, -1),
+    ("utilization", "GPU util (%)", 100, 1, +1),
+    ("comm_overhead_frac", "comm overhead (%)", 100, 1, -1),
+    ("preemptions", "preemptions", 1, 0, 0),
+    ("jobs_single_gpu", "1-GPU jobs", 1, 0, 0),
+    ("jobs_within_machine", "within machine", 1, 0, 0),
+    ("jobs_within_rack", "within rack", 1, 0, 0),
+    ("jobs_across_racks", "across racks", 1, 0, 0),
+)
+
+
+def _summary_table(summaries: Mapping[str, dict[str, Any]]) -> str:
+    names = list(summaries)
+    rows: list[list[object]] = [[n] for n in names]
+    bold: list[tuple[int, int]] = []
+    for col, (key, _hdr, scale, digits, better) in enumerate(_COLUMNS, start=1):
+        values = np.array([float(summaries[n][key]) * scale for n in names])
+        for r, v in enumerate(values):
+            rows[r].append(fmt_num(float(v), digits))
+        if better and np.isfinite(values).any():
+            best = np.nanmin(values) if better < 0 else np.nanmax(values)
+            bold += [(r, col) for r in range(len(names)) if values[r] == best]
+    header = ["scheduler", *(c[1] for c in _COLUMNS)]
+    caption = (
+        "Summary per scheduler; best value per column in bold. The last four columns count "
+        "jobs by the widest level their placement ever spanned."
+    )
+    return table_html(header, rows, caption=caption, bold=bold)
+
+
+def _longest_jobs_table(run: ClusterRun, summaries: Mapping[str, dict[str, Any]]) -> str:
+    best = min(summaries, key=lambda n: float(summaries[n]["jct_mean_s"]))
+    res = run.results[best]
+    jct = res.finish_s - res.jobs.arrival_s
+    # Unfinished jobs (NaN JCT) sort first: they are the longest of all.
+    order = np.argsort(-np.nan_to_num(jct, nan=np.inf), kind="stable")[:LONGEST_JOBS]
+    rows = [
+        [
+            res.jobs.name[j],
+            res.jobs.model[j],
+            int(res.jobs.gpus[j]),
+            fmt_num(float(res.first_start_s[j] - res.jobs.arrival_s[j]), 0),
+            fmt_num(float(jct[j]), 0),
+        ]
+        for j in order
+    ]
+    caption = f"The {len(rows)} longest jobs under {best}, the scheduler with the lowest mean JCT."
+    return table_html(["job", "model", "GPUs", "queued (s)", "JCT (s)"], rows, caption=caption)

@@ -1,0 +1,82 @@
+"""What a report section is, and the escaping-safe HTML helpers every section module shares."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import plotly.io as pio
+
+from recperf.core.progress import ProgressFn
+
+FIGURE_CLASS = "rp-figure"
+"""CSS class of every figure div; the page's script plots each one and counts them."""
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One capability's part of the report: ``html`` is already escaped, ``data`` goes to JSON."""
+
+    title: str
+    key: str
+    """Anchor id and report.json key (snake-case, no spaces)."""
+    html: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class SectionBuilder(Protocol):
+    """A section module's entry point; ``quick`` trades coverage for a run of a few seconds."""
+
+    def __call__(self, *, quick: bool, progress: ProgressFn) -> Section: ...
+
+
+def script_safe_json(text: str) -> str:
+    """JSON that cannot end its ``<script>`` early: ``<`` only occurs inside JSON strings,
+    where ``\\u003c`` means the same (plotly's to_json already does this; we do not rely on it)."""
+    return text.replace("<", "\\u003c")
+
+
+def figure_html(fig_id: str, fig: Any, note: str) -> str:
+    """A figure div, its plotly JSON in an inert ``application/json`` script, and a note."""
+    fid = html.escape(fig_id)
+    spec = script_safe_json(pio.to_json(fig, validate=True, pretty=False))
+    return (
+        f'<figure class="rp-figure-box">'
+        f'<div class="{FIGURE_CLASS}" id="{fid}" data-spec="{fid}-spec"></div>'
+        f'<script type="application/json" id="{fid}-spec">{spec}</script>'
+        f"<figcaption>{html.escape(note)}</figcaption></figure>"
+    )
+
+
+def table_html(
+    header: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    caption: str = "",
+    bold: Sequence[tuple[int, int]] = (),
+) -> str:
+    """A plain HTML table; every cell is escaped, cells listed in ``bold`` as (row, col) are
+    emphasised (e.g. the best value in a column)."""
+    strong = set(bold)
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = []
+    for r, row in enumerate(rows):
+        cells = []
+        for c, cell in enumerate(row):
+            text = html.escape(str(cell))
+            cells.append(f"<td><strong>{text}</strong></td>" if (r, c) in strong else f"<td>{text}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
+    return (
+        f'<table class="rp-table">{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def fmt_num(x: float, digits: int = 1) -> str:
+    """Thousands-separated, fixed decimals; NaN as an em dash."""
+    if x != x:  # NaN
+        return "—"
+    return f"{x:,.{digits}f}"
