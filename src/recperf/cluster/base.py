@@ -51,8 +51,33 @@ class Allocation:
 
 
 @dataclass(frozen=True, slots=True)
+class JobProgress:
+    """The engine's live per-job arrays, indexed by job id (read them, never write them)."""
+
+    attained_gpu_s: F64
+    """GPU-seconds held, accounted up to ``settled_at``."""
+    settled_at: F64
+    restore_until: F64
+    done_iters: F64
+    """Iterations done, accounted up to ``settled_at``."""
+    iter_s: F64
+    """Current per-iteration time of running jobs."""
+    ref_iter_s: F64
+    """Per-iteration time at the job's tightest placement on an idle network."""
+    waiting_since: F64
+    """When the job last arrived or was stopped (NaN while running)."""
+    run_started: F64
+    last_run_s: F64
+    """Length of the job's most recent run (0 if it never ran)."""
+
+
+@dataclass(frozen=True, slots=True)
 class SchedulerView:
-    """What a scheduler sees at one decision point. Arrays are aligned with ``active``."""
+    """What a scheduler sees at one decision point; valid only during that call.
+
+    Arrays are aligned with ``active``; the derived ones are computed when first read, so a
+    scheduler pays only for what it uses.
+    """
 
     now: float
     cluster: Cluster
@@ -61,23 +86,51 @@ class SchedulerView:
     """Ids of the jobs that have arrived and not finished, in arrival order."""
     running: BoolArr
     """Holding GPUs now (including while restoring from a checkpoint)."""
-    attained_gpu_s: F64
-    """GPU-seconds each job has held so far (Tiresias' attained service)."""
-    remaining_iters: F64
-    ref_iter_s: F64
-    """Per-iteration time at the job's tightest placement on an idle network."""
-    waiting_since: F64
-    """When the job last arrived or was stopped (NaN while running)."""
-    running_since: F64
-    """When the job's current run started (NaN unless running)."""
-    last_run_s: F64
-    """Length of the job's most recent run (0 if it never ran)."""
     free_gpus: int
+    progress: JobProgress
+
+    @property
+    def attained_gpu_s(self) -> F64:
+        """GPU-seconds each job has held so far (Tiresias' attained service)."""
+        p, ids = self.progress, self.active
+        held = np.where(self.running, self.now - p.settled_at[ids], 0.0)
+        out: F64 = p.attained_gpu_s[ids] + held * self.jobs.gpus[ids]
+        return out
+
+    @property
+    def remaining_iters(self) -> F64:
+        p, ids = self.progress, self.active
+        busy = np.maximum(self.now - np.maximum(p.settled_at[ids], p.restore_until[ids]), 0.0)
+        done = p.done_iters[ids] + np.where(self.running, busy / p.iter_s[ids], 0.0)
+        out: F64 = np.maximum(self.jobs.total_iters[ids] - done, 0.0)
+        return out
+
+    @property
+    def ref_iter_s(self) -> F64:
+        out: F64 = self.progress.ref_iter_s[self.active]
+        return out
 
     @property
     def remaining_s(self) -> F64:
         """Oracle remaining time at the tightest placement."""
         out: F64 = self.remaining_iters * self.ref_iter_s
+        return out
+
+    @property
+    def waiting_since(self) -> F64:
+        """When each job last arrived or was stopped (NaN while running)."""
+        out: F64 = self.progress.waiting_since[self.active]
+        return out
+
+    @property
+    def running_since(self) -> F64:
+        """When each job's current run started (NaN unless running)."""
+        out: F64 = np.where(self.running, self.progress.run_started[self.active], np.nan)
+        return out
+
+    @property
+    def last_run_s(self) -> F64:
+        out: F64 = self.progress.last_run_s[self.active]
         return out
 
 

@@ -17,6 +17,7 @@ from recperf.cluster.base import (
     F64,
     I64,
     Allocation,
+    JobProgress,
     PlacementPolicy,
     Scheduler,
     SchedulerView,
@@ -165,6 +166,12 @@ class Simulator:
         self.waiting_since = np.full(n, np.nan)
         self.last_run = np.zeros(n)
         self.run_started = np.zeros(n)
+        self.progress = JobProgress(
+            attained_gpu_s=self.attained, settled_at=self.settled_at,
+            restore_until=self.restore_until, done_iters=self.done, iter_s=self.iter_s,
+            ref_iter_s=self.ref_iter_s, waiting_since=self.waiting_since,
+            run_started=self.run_started, last_run_s=self.last_run,
+        )  # fmt: skip
         self.alloc: list[Allocation | None] = [None] * n
         self.racks: list[tuple[int, ...]] = [()] * n
         self.free = np.full(c.machines, c.gpus_per_machine, dtype=np.int64)
@@ -380,36 +387,19 @@ class Simulator:
 
     def _view(self, now: float) -> SchedulerView:
         ids = self._active_ids()
-        running = self.state[ids] == RUNNING
-        attained = self.attained[ids] + np.where(
-            running, (now - self.settled_at[ids]) * self.jobs.gpus[ids], 0.0
-        )
         return SchedulerView(
             now=now,
             cluster=self.cluster,
             jobs=self.jobs,
             active=ids,
-            running=running,
-            attained_gpu_s=attained,
-            remaining_iters=self._remaining(ids, running, now),
-            ref_iter_s=self.ref_iter_s[ids],
-            waiting_since=self.waiting_since[ids],
-            running_since=np.where(running, self.run_started[ids], np.nan),
-            last_run_s=self.last_run[ids],
+            running=self.state[ids] == RUNNING,
             free_gpus=self.free_total,
+            progress=self.progress,
         )
 
     def _active_ids(self) -> I64:
         """Ids of arrived, unfinished jobs in arrival order."""
         out: I64 = np.flatnonzero(self.is_active[self.lo : self.hi]) + self.lo
-        return out
-
-    def _remaining(self, ids: I64, running: np.ndarray, now: float) -> F64:
-        progressing = np.maximum(
-            now - np.maximum(self.settled_at[ids], self.restore_until[ids]), 0.0
-        )
-        done = self.done[ids] + np.where(running, progressing / self.iter_s[ids], 0.0)
-        out: F64 = np.maximum(self.jobs.total_iters[ids] - done, 0.0)
         return out
 
     def _maybe_decide(self, now: float) -> None:

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from recperf.cluster.base import F64, I64, SCHEDULERS, Decision, SchedulerView
+from recperf.cluster.base import F64, I64, SCHEDULERS, BoolArr, Decision, SchedulerView
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster
 from recperf.core.config import check_range
@@ -61,38 +61,35 @@ class Tiresias:
         self._base = np.zeros(len(jobs))
 
     def schedule(self, view: SchedulerView) -> Decision:
-        cfg, ids, now = self.config, view.active, view.now
+        cfg, ids, now, running = self.config, view.active, view.now, view.running
         gpus = view.jobs.gpus[ids]
-        executed = view.attained_gpu_s / gpus
+        attained = view.attained_gpu_s
+        executed = attained / gpus
         waited = now - view.waiting_since
         promote_at = np.maximum(cfg.promote_factor * executed, cfg.min_run_s)
         if cfg.promote_factor > 0:
-            starving = ~view.running & (executed > 0) & (waited >= promote_at)
-            self._base[ids[starving]] = view.attained_gpu_s[starving]
-        service = view.attained_gpu_s - self._base[ids]
+            starving = ~running & (executed > 0) & (waited >= promote_at)
+            self._base[ids[starving]] = attained[starving]
+        service = attained - self._base[ids]
         queue = np.searchsorted(self._thr, service, side="right").astype(np.int64)
-        leased = view.running & (now - view.running_since < cfg.min_run_s)
+        running_since = view.running_since
+        leased = running & (now - running_since < cfg.min_run_s)
         queue[leased] = -1
         order = ids[np.lexsort((ids, queue))]
-        wake = self._next_change(view, gpus, service, queue, waited, promote_at)
-        return Decision(order=order, wake_at=wake)
-
-    def _next_change(
-        self, view: SchedulerView, gpus: I64, service: F64, queue: I64, waited: F64, promote_at: F64
-    ) -> float | None:
-        """When a lease ends, a running job crosses a threshold, or a waiting job is promoted."""
-        now, cfg = view.now, self.config
-        times: list[float] = []
-        leased = queue < 0
-        if leased.any():
-            times.append(float(np.min(view.running_since[leased])) + cfg.min_run_s - now)
-        demotable = view.running & ~leased & (queue < self._thr.size)
-        if demotable.any():
-            left = (self._thr[queue[demotable]] - service[demotable]) / gpus[demotable]
-            times.append(float(np.min(left)))
-        starve = ~view.running & (queue > 0)
+        times = [
+            float(np.min(running_since[leased], initial=np.inf)) + cfg.min_run_s - now,
+            self._demotion_in(running & ~leased, queue, service, gpus),
+        ]
+        starve = ~running & (queue > 0)
         if cfg.promote_factor > 0 and starve.any():
             times.append(float(np.min(promote_at[starve] - waited[starve])))
-        if not times:
-            return None
-        return now + max(min(times), 1e-3)
+        soonest = min(times)
+        wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
+        return Decision(order=order, wake_at=wake)
+
+    def _demotion_in(self, mask: BoolArr, queue: I64, service: F64, gpus: I64) -> float:
+        """Seconds until the first running job in ``mask`` crosses its queue's threshold."""
+        mask = mask & (queue < self._thr.size)
+        if not mask.any():
+            return float("inf")
+        return float(np.min((self._thr[queue[mask]] - service[mask]) / gpus[mask]))

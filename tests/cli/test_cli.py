@@ -1,0 +1,118 @@
+"""The CLI contract other tools script against: files, keys, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from recperf.cli.main import app
+
+runner = CliRunner()
+
+SUMMARY_KEYS = {
+    "jobs_total",
+    "jobs_finished",
+    "makespan_s",
+    "jct_mean_s",
+    "jct_p50_s",
+    "jct_p95_s",
+    "jct_p99_s",
+    "queue_mean_s",
+    "utilization",
+    "comm_overhead_frac",
+}
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_simulate_writes_summary_and_jobs(tmp_path: Path) -> None:
+    code, out, _ = run(
+        "cluster", "simulate", "--trace", "tiresias-60", "--scheduler", "tiresias",
+        "--out", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert SUMMARY_KEYS <= summary.keys()
+    assert json.loads(out) == summary
+    assert summary["jobs_total"] == summary["jobs_finished"] == 60
+    table = pq.read_table(tmp_path / "jobs.parquet")
+    assert table.num_rows == 60
+    jct = table.column("jct_s").to_numpy()
+    assert jct.mean() == pytest.approx(summary["jct_mean_s"])
+    assert (tmp_path / "utilization.parquet").exists()
+
+
+def test_same_seed_gives_identical_summary_bytes(tmp_path: Path) -> None:
+    args = ["cluster", "simulate", "--trace", "synthetic", "--jobs", "300", "--load", "0.9",
+            "--scheduler", "srtf", "--placement", "random", "--cluster", "helios", "--seed", "5"]  # fmt: skip
+    assert run(*args, "--out", str(tmp_path / "a"))[0] == 0
+    assert run(*args, "--out", str(tmp_path / "b"))[0] == 0
+    a = (tmp_path / "a" / "summary.json").read_bytes()
+    assert a == (tmp_path / "b" / "summary.json").read_bytes()
+    assert run(*args[:-1], "6", "--out", str(tmp_path / "c"))[0] == 0
+    assert a != (tmp_path / "c" / "summary.json").read_bytes()
+
+
+def test_compare_runs_each_scheduler(tmp_path: Path) -> None:
+    code, _, _ = run(
+        "cluster", "compare", "--trace", "tiresias-60", "--schedulers", "fifo,sjf",
+        "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0
+    runs = json.loads((tmp_path / "compare.json").read_text())["runs"]
+    assert [r["scheduler"] for r in runs] == ["fifo", "sjf"]
+    for r in runs:
+        on_disk = json.loads((tmp_path / r["scheduler"] / "summary.json").read_text())
+        assert on_disk == r
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--trace", "nope", "--scheduler", "fifo"], "bundled"),
+        (["--trace", "philly", "--scheduler", "lottery"], "allowed: consolidate, fifo"),
+        (["--trace", "philly", "--scheduler", "fifo", "--cluster", "tiny"], "unknown cluster"),
+        (["--trace", "philly", "--scheduler", "fifo", "--jobs", "5"], "--jobs only applies"),
+        (["--trace", "synthetic", "--scheduler", "fifo", "--load", "-1"], "load"),
+        (["--trace", "synthetic", "--scheduler", "fifo", "--duration-dist", "pareto"], "'exp'"),
+        (["--trace", "tiresias-60", "--scheduler", "tiresias", "--opt", "promote_factor=x"],
+         "promote_factor"),
+        (["--trace", "tiresias-60", "--scheduler", "fifo", "--opt", "speed=9"], "unknown key"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
+    code, out, err = run("cluster", "simulate", *args, "--out", str(tmp_path / "o"))
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "summary.json").exists()
+
+
+def test_malformed_trace_names_file_line_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text(
+        "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n"
+        "0,4,0,100,vgg16,60,1\n"
+        "1,two,5,100,vgg16,60,1\n"
+    )
+    code, _, err = run(
+        "cluster", "simulate", "--trace", str(bad), "--format", "tiresias",
+        "--scheduler", "fifo", "--out", str(tmp_path / "o"),
+    )  # fmt: skip
+    assert code == 2
+    assert f"{bad}:3" in err and "num_gpu" in err
+
+
+@pytest.mark.parametrize("cmd", [[], ["cluster"], ["cluster", "simulate"], ["cluster", "compare"],
+                                 ["report"]])  # fmt: skip
+def test_help_everywhere(cmd: list[str]) -> None:
+    code, out, _ = run(*cmd, "--help")
+    assert code == 0
+    assert "Usage" in out
