@@ -25,6 +25,7 @@ from recperf.cluster.base import (
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster, Level
 from recperf.core.config import check_range
+from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 
 FUTURE, WAITING, RUNNING, CHECKPOINTING, DONE = 0, 1, 2, 3, 4
@@ -113,8 +114,6 @@ class Simulator:
         self.rng = np.random.default_rng(seed)
         too_big = np.flatnonzero(jobs.gpus > cluster.gpus)
         if too_big.size:
-            from recperf.core.errors import RecperfError
-
             j = int(too_big[0])
             raise RecperfError(
                 f"job {jobs.name[j]!r} needs {int(jobs.gpus[j])} GPUs but cluster "

@@ -30,7 +30,6 @@ def summarize(res: SimResult) -> dict[str, Any]:
     level_counts = {lv: int(np.sum(res.widest_level == int(lv))) for lv in Level}
     progress = float(res.progress_s.sum())
     return {
-        "trace_jobs": len(jobs),
         "cluster": res.cluster.name,
         "cluster_gpus": res.cluster.gpus,
         "scheduler": res.scheduler,
@@ -84,7 +83,8 @@ def job_columns(res: SimResult) -> dict[str, Any]:
 def utilization_series(res: SimResult, points: int = 200) -> tuple[F64, F64]:
     """Mean busy fraction in ``points`` equal windows over the makespan: (window_start_s, frac)."""
     t, g = res.busy_t, res.busy_gpus.astype(np.float64)
-    t_end = float(np.nanmax(res.finish_s)) if len(res.jobs) else 0.0
+    done = res.finish_s[~np.isnan(res.finish_s)]
+    t_end = float(done.max()) if done.size else 0.0
     edges = np.linspace(
         float(res.jobs.arrival_s.min()) if len(res.jobs) else 0.0, t_end, points + 1
     )

@@ -124,19 +124,19 @@ def _run_html(index: int, run: ClusterRun) -> str:
         figure_html(f"{fid}-util", _utilization(run), f"GPUs held over time; {where}."),
         figure_html(
             f"{fid}-makespan",
-            _bars(run, summaries, "makespan_s", 1 / 3600, "Makespan (h)"),
+            _bars(run, summaries, "makespan_s", 1 / 3600, "Makespan (h)", 1),
             f"Makespan: first arrival to last finish; {where}.",
         ),
         figure_html(
             f"{fid}-jct-mean",
-            _bars(run, summaries, "jct_mean_s", 1.0, "Mean JCT (s)"),
+            _bars(run, summaries, "jct_mean_s", 1.0, "Mean JCT (s)", 0),
             f"Mean job completion time; {where}.",
         ),
     ]
     return (
         f'<h3 id="{fid}">Trace {html.escape(run.trace)}</h3>'
-        f"<p>{html.escape(where[0].upper() + where[1:])}; all {len(run.results)} schedulers simulated in "
-        f"{run.seconds:.1f} s.</p>"
+        f"<p>{html.escape(where[0].upper() + where[1:])}; all {len(run.results)} schedulers "
+        f"simulated in {run.seconds:.1f} s.</p>"
         + _summary_table(summaries)
         + f'<div class="rp-grid">{"".join(figures)}</div>'
         + _longest_jobs_table(run, summaries)
@@ -197,7 +197,12 @@ def _utilization(run: ClusterRun) -> go.Figure:
 
 
 def _bars(
-    run: ClusterRun, summaries: Mapping[str, dict[str, Any]], key: str, scale: float, label: str
+    run: ClusterRun,
+    summaries: Mapping[str, dict[str, Any]],
+    key: str,
+    scale: float,
+    label: str,
+    digits: int,
 ) -> go.Figure:
     names = list(summaries)
     values = [float(summaries[n][key]) * scale for n in names]
@@ -205,7 +210,7 @@ def _bars(
         go.Bar(
             x=[html.escape(n) for n in names],
             y=values,
-            text=[fmt_num(v) for v in values],
+            text=[fmt_num(v, digits) for v in values],
             textposition="outside",
             marker={"color": "#4c78a8"},
         )
@@ -273,4 +278,5 @@ def _longest_jobs_table(run: ClusterRun, summaries: Mapping[str, dict[str, Any]]
         for j in order
     ]
     caption = f"The {len(rows)} longest jobs under {best}, the scheduler with the lowest mean JCT."
-    return table_html(["job", "model", "GPUs", "queued (s)", "JCT (s)"], rows, caption=caption)
+    header = ["job", "model", "GPUs", "queued (s)", "JCT (s)"]
+    return table_html(header, rows, caption=caption, left_cols=2)

@@ -56,22 +56,29 @@ def table_html(
     *,
     caption: str = "",
     bold: Sequence[tuple[int, int]] = (),
+    left_cols: int = 1,
 ) -> str:
-    """A plain HTML table; every cell is escaped, cells listed in ``bold`` as (row, col) are
-    emphasised (e.g. the best value in a column)."""
+    """A plain HTML table; every cell is escaped. Cells listed in ``bold`` as (row, col) are
+    emphasised (e.g. the best value in a column); the first ``left_cols`` columns hold text and
+    align left, the rest numbers and align right."""
     strong = set(bold)
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+
+    def cls(c: int) -> str:
+        return ' class="rp-l"' if c < left_cols else ""
+
+    head = "".join(f"<th{cls(c)}>{html.escape(str(h))}</th>" for c, h in enumerate(header))
     body = []
     for r, row in enumerate(rows):
         cells = []
         for c, cell in enumerate(row):
             text = html.escape(str(cell))
-            cells.append(f"<td><strong>{text}</strong></td>" if (r, c) in strong else f"<td>{text}</td>")
+            inner = f"<strong>{text}</strong>" if (r, c) in strong else text
+            cells.append(f"<td{cls(c)}>{inner}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     cap = f"<caption>{html.escape(caption)}</caption>" if caption else ""
     return (
-        f'<table class="rp-table">{cap}<thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f'<div class="rp-table-wrap"><table class="rp-table">{cap}<thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></div>"
     )
 
 
