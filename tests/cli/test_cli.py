@@ -41,7 +41,8 @@ def test_simulate_writes_summary_and_jobs(tmp_path: Path) -> None:
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert SUMMARY_KEYS <= summary.keys()
     assert json.loads(out) == summary
-    assert summary["jobs_total"] == summary["jobs_finished"] == 60
+    assert summary["jobs_finished"] == 60
+    assert summary["jobs_total"] == 60
     table = pq.read_table(tmp_path / "jobs.parquet")
     assert table.num_rows == 60
     jct = table.column("jct_s").to_numpy()
@@ -50,8 +51,10 @@ def test_simulate_writes_summary_and_jobs(tmp_path: Path) -> None:
 
 
 def test_same_seed_gives_identical_summary_bytes(tmp_path: Path) -> None:
-    args = ["cluster", "simulate", "--trace", "synthetic", "--jobs", "300", "--load", "0.9",
-            "--scheduler", "srtf", "--placement", "random", "--cluster", "helios", "--seed", "5"]  # fmt: skip
+    args = [
+        "cluster", "simulate", "--trace", "synthetic", "--jobs", "300", "--load", "0.9",
+        "--scheduler", "srtf", "--placement", "random", "--cluster", "helios", "--seed", "5",
+    ]  # fmt: skip
     assert run(*args, "--out", str(tmp_path / "a"))[0] == 0
     assert run(*args, "--out", str(tmp_path / "b"))[0] == 0
     a = (tmp_path / "a" / "summary.json").read_bytes()
@@ -88,7 +91,7 @@ def test_compare_runs_each_scheduler(tmp_path: Path) -> None:
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
-    code, out, err = run("cluster", "simulate", *args, "--out", str(tmp_path / "o"))
+    code, _, err = run("cluster", "simulate", *args, "--out", str(tmp_path / "o"))
     assert code == 2
     assert needle in err
     assert len(err.strip().splitlines()) == 1
