@@ -458,8 +458,11 @@ class Simulator:
             i += 1
         return keep
 
-    def _level_caps(self) -> list[int]:
-        """Largest job placeable now at each Level (GPU, MACHINE, RACK, CLUSTER)."""
+    def _level_caps(self, constrained: bool = True) -> list[int]:
+        """Largest job placeable now at each Level (GPU, MACHINE, RACK, CLUSTER); without
+        level constraints only the total matters, so the per-machine scans are skipped."""
+        if not constrained:
+            return [self.free_total] * 4
         c = self.cluster
         per_machine = int(self.free.max())
         per_rack = int(self.free.reshape(c.racks, c.machines_per_rack).sum(axis=1).max())
@@ -471,7 +474,8 @@ class Simulator:
             return
         order, levels = order[waiting], levels[waiting]
         demand = self.jobs.gpus[order]
-        caps = self._level_caps()
+        constrained = bool((levels < int(Level.CLUSTER)).any())
+        caps = self._level_caps(constrained)
         if blocking:
             # Only a prefix can start: up to the first job whose cumulative demand overflows.
             k = int(np.searchsorted(np.cumsum(demand), self.free_total, side="right")) + 1
@@ -491,7 +495,7 @@ class Simulator:
                     return
                 continue
             self._start(j, alloc, now)
-            caps = self._level_caps()
+            caps = self._level_caps(constrained)
 
     def _result(self) -> SimResult:
         return SimResult(
