@@ -71,6 +71,8 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
                 f"--format is required for a trace file; allowed: {', '.join(TRACE_LOADERS)}"
             )
         fmt = spec.format
+        if fmt == "synthetic":
+            raise ConfigError(f"--format synthetic generates jobs; it reads no file ({path})")
     if fmt == "synthetic":
         return SyntheticTrace(spec.synthetic), None
     return TRACE_LOADERS.create(fmt), path

@@ -9,12 +9,19 @@ from typing import Any
 
 import numpy as np
 
-from recperf.cluster.base import Decision, PlacementPolicy, Scheduler, SchedulerView, TraceLoader
+from recperf.cluster.base import (
+    I64,
+    Decision,
+    PlacementPolicy,
+    Scheduler,
+    SchedulerView,
+    TraceLoader,
+)
 from recperf.cluster.engine import EngineConfig, SimResult, Simulator
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster, Level
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
-from recperf.core.errors import ContractError
+from recperf.core.errors import ContractError, SimulationError
 
 SMALL = Cluster(name="check", racks=2, machines_per_rack=2, gpus_per_machine=4)
 
@@ -101,7 +108,11 @@ def check_scheduler(factory: Callable[[], Scheduler], seeds: tuple[int, ...] = (
         jobs = SyntheticTrace(cfg).load(None, SMALL, np.random.default_rng(seed))
         checked = _Checked(sched)
         engine = EngineConfig(record_segments=True, checkpoint_s=5.0, restore_s=5.0)
-        res = Simulator(jobs, SMALL, checked, BestFit(), engine, seed=seed).run()  # type: ignore[arg-type]
+        sim = Simulator(jobs, SMALL, checked, BestFit(), engine, seed=seed)  # type: ignore[arg-type]
+        try:
+            res = sim.run()
+        except SimulationError as exc:
+            raise ContractError(f"scheduler {sched.name!r}: {exc}") from None
         if checked.calls == 0:
             raise ContractError(f"scheduler {sched.name!r} was never consulted")
         check_result(res)
@@ -119,7 +130,7 @@ def check_placement(policy: PlacementPolicy, trials: int = 200, seed: int = 0) -
         if not np.array_equal(free, before):
             raise ContractError(f"placement {policy.name!r} modified the free-GPU array")
         if alloc is None:
-            if level == Level.CLUSTER and int(free.sum()) >= gpus:
+            if _fits(gpus, free, level):
                 raise ContractError(f"placement {policy.name!r} refused a job that fits")
             continue
         if alloc.gpus != gpus or len(set(alloc.machines)) != len(alloc.machines):
@@ -128,6 +139,16 @@ def check_placement(policy: PlacementPolicy, trials: int = 200, seed: int = 0) -
             raise ContractError(f"placement {policy.name!r} granted GPUs that are not free")
         if alloc.level > level:
             raise ContractError(f"placement {policy.name!r} exceeded max_level {level.name}")
+
+
+def _fits(gpus: int, free: I64, level: Level) -> bool:
+    """Whether some placement of ``gpus`` GPUs within ``level`` exists on ``free``."""
+    if level >= Level.CLUSTER:
+        return int(free.sum()) >= gpus
+    if level <= Level.MACHINE:
+        return bool((free >= gpus).any()) and (level == Level.MACHINE or gpus == 1)
+    racks = free.reshape(SMALL.racks, SMALL.machines_per_rack).sum(axis=1)
+    return bool((racks >= gpus).any())
 
 
 def check_loader(loader: TraceLoader, source: Path | None, cluster: Cluster, **_: Any) -> JobTable:

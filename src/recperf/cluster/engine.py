@@ -25,7 +25,7 @@ from recperf.cluster.base import (
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster, Level
 from recperf.core.config import check_range
-from recperf.core.errors import RecperfError
+from recperf.core.errors import RecperfError, SimulationError
 from recperf.core.progress import ProgressFn
 
 FUTURE, WAITING, RUNNING, CHECKPOINTING, DONE = 0, 1, 2, 3, 4
@@ -354,7 +354,11 @@ class Simulator:
             t_evt = self.heap[0][0] if self.heap else math.inf
             now = min(t_arr, t_evt)
             if now == math.inf:
-                raise RuntimeError("simulation stalled: jobs wait but no event is pending")
+                raise SimulationError(
+                    f"simulation stalled at t={self.busy_t[-1]:.0f} s: {self.n_waiting} jobs wait, "
+                    f"{self.free_total} GPUs are free, and scheduler {self.scheduler.name!r} with "
+                    f"placement {self.placement.name!r} starts none of them"
+                )
             changed = False
             while nxt < n and float(arrivals[nxt]) <= now:
                 self._activate(nxt, now)

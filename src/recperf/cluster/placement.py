@@ -68,32 +68,48 @@ class BestFit:
         return _within(_take(np.argsort(key, kind="stable"), free, gpus, cluster), max_level)
 
 
+def _groups(gpus: int, free: I64, cluster: Cluster, max_level: Level) -> list[I64]:
+    """The sets of machines a job may be spread over within ``max_level`` that have room."""
+    if max_level >= Level.CLUSTER:
+        return [np.arange(cluster.machines)] if int(free.sum()) >= gpus else []
+    if max_level == Level.GPU and gpus > 1:
+        return []
+    if max_level <= Level.MACHINE:
+        return [np.array([m]) for m in np.flatnonzero(free >= gpus).tolist()]
+    mpr = cluster.machines_per_rack
+    rack_free = free.reshape(cluster.racks, mpr).sum(axis=1)
+    return [np.arange(r * mpr, (r + 1) * mpr) for r in np.flatnonzero(rack_free >= gpus).tolist()]
+
+
 @PLACEMENTS.register("first-fit")
 class FirstFit:
-    """Lowest-numbered machines first, filling each before the next (no locality search)."""
+    """The lowest-numbered machines (within the first rack or machine with room, when the level
+    is bounded), filling each before the next: no locality search."""
 
     name: ClassVar[str] = "first-fit"
 
     def place(
         self, gpus: int, free: I64, cluster: Cluster, max_level: Level, rng: np.random.Generator
     ) -> Allocation | None:
-        if int(free.sum()) < gpus:
-            return None
-        return _within(_take(np.arange(cluster.machines), free, gpus, cluster), max_level)
+        groups = _groups(gpus, free, cluster, max_level)
+        return _take(groups[0], free, gpus, cluster) if groups else None
 
 
 @PLACEMENTS.register("random")
 class RandomSpread:
-    """Random machines with free GPUs, one GPU from each in turn (spreads jobs widely)."""
+    """Random machines with free GPUs, one GPU from each in turn (spreads jobs widely); within a
+    random rack or machine with room when the level is bounded."""
 
     name: ClassVar[str] = "random"
 
     def place(
         self, gpus: int, free: I64, cluster: Cluster, max_level: Level, rng: np.random.Generator
     ) -> Allocation | None:
-        if int(free.sum()) < gpus:
+        groups = _groups(gpus, free, cluster, max_level)
+        if not groups:
             return None
-        candidates = np.flatnonzero(free > 0)
+        group = groups[int(rng.integers(len(groups)))]
+        candidates = group[free[group] > 0]
         perm = candidates[rng.permutation(candidates.size)]
         taken = np.zeros(cluster.machines, dtype=np.int64)
         need = gpus
@@ -105,4 +121,4 @@ class RandomSpread:
                     if need == 0:
                         break
         used = [m for m in perm.tolist() if taken[m]]
-        return _within(Allocation.of(used, [int(taken[m]) for m in used], cluster), max_level)
+        return Allocation.of(used, [int(taken[m]) for m in used], cluster)

@@ -30,5 +30,9 @@ class TraceFormatError(RecperfError):
         super().__init__(f"{where}:{what} {why}")
 
 
+class SimulationError(RecperfError):
+    """A simulation cannot go on (e.g. jobs wait but no policy will ever start them)."""
+
+
 class ContractError(RecperfError):
     """A plug-in broke its Protocol's contract (raised by the conformance checks)."""

@@ -46,7 +46,7 @@ class Registry(Generic[T]):
             module_name, _, attr = name.partition(":")
             try:
                 module = importlib.import_module(module_name)
-            except ImportError as exc:
+            except (ImportError, ValueError, TypeError) as exc:  # bad, empty or relative name
                 raise RegistryError(
                     f"{self.kind} {name!r}: cannot import {module_name!r}: {exc}"
                 ) from None

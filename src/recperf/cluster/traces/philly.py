@@ -13,6 +13,7 @@ from recperf.cluster.base import TRACE_LOADERS
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.network import comm_s, solve_spread_bytes
 from recperf.cluster.topology import Cluster, Level
+from recperf.cluster.traces.common import integer, number
 from recperf.core.errors import RecperfError, TraceFormatError
 
 FIELDS = (
@@ -36,22 +37,15 @@ def _parse_line(path: Path, lineno: int, line: str) -> tuple[str, float, float, 
         raise TraceFormatError(
             path, lineno, None, f"expected {len(FIELDS)} tab-separated fields, got {len(parts)}"
         )
-    vals: dict[str, float] = {}
-    for field, conv in (("total_steps", float), ("arrival_time_s", float), ("scale_factor", int)):
-        raw = parts[FIELDS.index(field)]
-        try:
-            vals[field] = conv(raw)
-        except ValueError:
-            raise TraceFormatError(path, lineno, field, f"not a number: {raw!r}") from None
-    if not vals["total_steps"] > 0:
-        raise TraceFormatError(path, lineno, "total_steps", "must be > 0")
-    if not vals["arrival_time_s"] >= 0:
-        raise TraceFormatError(path, lineno, "arrival_time_s", "must be >= 0")
-    if vals["scale_factor"] < 1:
-        raise TraceFormatError(path, lineno, "scale_factor", "must be >= 1")
     if not parts[0].strip():
         raise TraceFormatError(path, lineno, "job_type", "is empty")
-    return parts[0], vals["total_steps"], vals["arrival_time_s"], int(vals["scale_factor"])
+    col = {name: parts[i] for i, name in enumerate(FIELDS)}
+    return (
+        parts[0],
+        number(path, lineno, "total_steps", col["total_steps"], positive=True),
+        number(path, lineno, "arrival_time_s", col["arrival_time_s"], positive=False),
+        integer(path, lineno, "scale_factor", col["scale_factor"]),
+    )
 
 
 class Throughputs:
@@ -151,7 +145,7 @@ class PhillyTrace:
         t_spread = t_cons / np.asarray(ratio)
         s_arr = np.asarray(scale, dtype=np.int64)
         grad = solve_spread_bytes(cluster, s_arr, t_cons, t_spread)
-        compute = np.maximum(t_cons - comm_s(cluster, Level.MACHINE, s_arr, grad), 0.2 * t_cons)
+        compute = np.maximum(t_cons - comm_s(cluster, Level.MACHINE, s_arr, grad), 0.05 * t_cons)
         return JobTable.build(
             name=names,
             model=types,

@@ -33,8 +33,11 @@ def parse_mix(spec: str) -> tuple[tuple[int, ...], tuple[float, ...]]:
             raise ConfigError(
                 f"gpus_per_job = {spec!r}: expected K or a mix like '1:0.6,4:0.3,8:0.1'"
             ) from None
-    if not gpus or min(gpus) < 1 or min(weights) < 0 or sum(weights) <= 0:
-        raise ConfigError(f"gpus_per_job = {spec!r}: GPUs must be >= 1 and weights >= 0, not all 0")
+    finite = all(math.isfinite(w) for w in weights)
+    if not gpus or min(gpus) < 1 or not finite or min(weights) < 0 or sum(weights) <= 0:
+        raise ConfigError(
+            f"gpus_per_job = {spec!r}: GPUs must be >= 1, weights finite, >= 0, not all 0"
+        )
     total = sum(weights)
     return tuple(gpus), tuple(w / total for w in weights)
 

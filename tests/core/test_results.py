@@ -1,0 +1,68 @@
+"""Result writers: deterministic JSON, and atomic writes that never leave a partial result."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from recperf.core.results import atomic_path, dumps_json, write_json, write_parquet, write_text
+
+
+def test_write_json_is_deterministic_whatever_the_key_order(tmp_path) -> None:
+    a = write_json(tmp_path / "a.json", {"b": 1, "a": {"y": 2.5, "x": [1, 2]}})
+    b = write_json(tmp_path / "b.json", {"a": {"x": [1, 2], "y": 2.5}, "b": 1})
+    assert a.read_bytes() == b.read_bytes()
+    assert (
+        a.read_text()
+        == '{\n  "a": {\n    "x": [\n      1,\n      2\n    ],\n    "y": 2.5\n  },\n  "b": 1\n}\n'
+    )
+
+
+def test_json_values_are_made_safe() -> None:
+    data = {"nan": math.nan, "inf": -math.inf, "i": np.int64(3), "f": np.float32(0.5), "t": (1, 2)}
+    assert json.loads(dumps_json(data)) == {"nan": None, "inf": None, "i": 3, "f": 0.5, "t": [1, 2]}
+
+
+def test_write_json_leaves_no_temporary_file(tmp_path) -> None:
+    out = tmp_path / "deep" / "summary.json"
+    write_json(out, {"k": 1})
+    write_json(out, {"k": 2})  # overwrite
+    assert sorted(p.name for p in out.parent.iterdir()) == ["summary.json"]
+    assert json.loads(out.read_text()) == {"k": 2}
+
+
+def test_failure_inside_atomic_path_leaves_no_target(tmp_path) -> None:
+    out = tmp_path / "summary.json"
+    with pytest.raises(RuntimeError, match="half-way"), atomic_path(out) as tmp:
+        tmp.write_text("partial")
+        raise RuntimeError("half-way")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_failure_inside_atomic_path_keeps_the_previous_result(tmp_path) -> None:
+    out = write_text(tmp_path / "r.txt", "old\n")
+    with pytest.raises(KeyError), atomic_path(out) as tmp:
+        tmp.write_text("new")
+        raise KeyError("boom")
+    assert out.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.txt"]
+
+
+def test_unserialisable_json_leaves_nothing(tmp_path) -> None:
+    with pytest.raises(TypeError):
+        write_json(tmp_path / "s.json", {"bad": object()})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_parquet_round_trips_and_is_atomic(tmp_path) -> None:
+    out = write_parquet(tmp_path / "t.parquet", {"x": np.arange(3), "s": ["a", "b", "c"]})
+    assert pq.read_table(out).to_pydict() == {"x": [0, 1, 2], "s": ["a", "b", "c"]}
+    assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
+    with pytest.raises(pa.ArrowInvalid):
+        write_parquet(tmp_path / "u.parquet", {"x": [1, 2], "y": [1]})
+    assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
