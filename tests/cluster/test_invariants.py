@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from recperf.cluster import api  # importing it registers every scheduler and placement policy
 from recperf.cluster.base import PLACEMENTS, SCHEDULERS
 from recperf.cluster.checks import check_result
-from recperf.cluster.engine import EngineConfig, SimResult, Simulator
+from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.metrics import summarize
+from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
 
@@ -93,7 +94,8 @@ def test_simulation_invariants(scheduler: str, placement: str, sc: Scenario) -> 
     floor = jobs.arrival_s + jobs.total_iters * jobs.compute_s
     assert np.all(res.finish_s >= floor - 1e-9 * np.maximum(floor, 1.0))
     assert np.all(res.first_start_s >= jobs.arrival_s)
-    assert res.events == n + int(res.preemptions.sum())  # one finish per job, one per checkpoint
+    # one arrival and one finish per job, one per checkpoint
+    assert res.events == 2 * n + int(res.preemptions.sum())
     holds = [s for s in res.segments if s.alloc is not None]
     assert np.array_equal(np.bincount([s.job for s in holds], minlength=n), res.preemptions + 1)
     last_hold = {s.job: s.end_s for s in holds}  # segments are recorded in time order

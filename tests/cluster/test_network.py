@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from recperf.cluster.base import Allocation
-from recperf.cluster.engine import EngineConfig, SimResult, Simulator
+from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.network import allreduce_s, comm_s
+from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.placement import BestFit
 from recperf.cluster.schedulers.fifo import Fifo
 from recperf.cluster.topology import Cluster, Level

@@ -19,9 +19,10 @@ import heapq
 import numpy as np
 import pytest
 
-from recperf.cluster.engine import EngineConfig, Simulator
+from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.metrics import summarize
+from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.placement import BestFit
 from recperf.cluster.schedulers.fifo import Fifo
 from recperf.cluster.topology import Cluster

@@ -8,9 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from recperf.cluster import api
-from recperf.cluster.engine import EngineConfig, Simulator
+from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.metrics import summarize
+from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.placement import BestFit
 from recperf.cluster.topology import Cluster, Level
 

@@ -103,7 +103,7 @@ def test_not_a_dataclass_is_a_type_error() -> None:
 
 
 def test_post_init_validation_runs() -> None:
-    from recperf.cluster.engine import EngineConfig
+    from recperf.cluster.outcome import EngineConfig
 
     with pytest.raises(ConfigError, match=r"^restore_s = -1\.0 is outside the allowed range"):
         from_mapping(EngineConfig, {"restore_s": "-1"})

@@ -11,7 +11,7 @@ import typer
 from recperf.cli.common import console, err_console, one_line_errors, print_table
 from recperf.cluster.api import RunSpec, compare, load_jobs, simulate, write_run
 from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS
-from recperf.cluster.engine import EngineConfig
+from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.topology import PRESETS
 from recperf.cluster.traces import BUNDLED
 from recperf.cluster.traces.synthetic import SyntheticConfig

@@ -13,9 +13,10 @@ import numpy as np
 from recperf.cluster import placement as _placement  # noqa: F401  (registers the policies)
 from recperf.cluster import schedulers as _schedulers  # noqa: F401
 from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS, Scheduler, TraceLoader
-from recperf.cluster.engine import EngineConfig, SimResult, Simulator
+from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.metrics import job_columns, summarize, utilization_series
+from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster, load_cluster
 from recperf.cluster.traces import BUNDLED, bundled_path
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace

@@ -17,8 +17,9 @@ from recperf.cluster.base import (
     SchedulerView,
     TraceLoader,
 )
-from recperf.cluster.engine import EngineConfig, SimResult, Simulator
+from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
+from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster, Level
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
 from recperf.core.errors import ContractError, SimulationError

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,73 +22,14 @@ from recperf.cluster.base import (
     SchedulerView,
 )
 from recperf.cluster.jobs import JobTable
+from recperf.cluster.network import JobComm
+from recperf.cluster.outcome import EngineConfig, Segment, SimResult
 from recperf.cluster.topology import Cluster, Level
-from recperf.core.config import check_range
 from recperf.core.errors import RecperfError, SimulationError
 from recperf.core.progress import ProgressFn
 
 FUTURE, WAITING, RUNNING, CHECKPOINTING, DONE = 0, 1, 2, 3, 4
 _FINISH, _CKPT_DONE, _WAKE = 0, 1, 2  # same-time events: finishes free GPUs first
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class EngineConfig:
-    """How the simulation charges preemption and congestion."""
-
-    checkpoint_s: float = 10.0
-    """GPUs stay held this long after a preemption while the job checkpoints."""
-    restore_s: float = 20.0
-    """A resumed job holds its GPUs this long before progressing again."""
-    round_s: float = 300.0
-    """Preemptions happen at most once per round (as in round-based schedulers); in between,
-    waiting jobs only start on free GPUs. 0: preempt at any event."""
-    congestion: float = 1.0
-    """Extra factor on rack-uplink oversubscription (1 = the cluster's own)."""
-    record_segments: bool = False
-    """Keep every GPU-holding and progress interval (for checks; costs memory)."""
-
-    def __post_init__(self) -> None:
-        check_range("checkpoint_s", self.checkpoint_s, 0.0, 86_400.0)
-        check_range("restore_s", self.restore_s, 0.0, 86_400.0)
-        check_range("round_s", self.round_s, 0.0, 86_400.0)
-        check_range("congestion", self.congestion, 1.0, 1_000.0)
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One interval a job held GPUs (``alloc``), or progressed (``iters`` > 0, alloc None)."""
-
-    job: int
-    start_s: float
-    end_s: float
-    alloc: Allocation | None
-    iters: float
-
-
-@dataclass(frozen=True, slots=True)
-class SimResult:
-    """Per-job outcomes (arrays indexed by job id) and the cluster's busy-GPU step function."""
-
-    jobs: JobTable
-    cluster: Cluster
-    scheduler: str
-    placement: str
-    first_start_s: F64
-    finish_s: F64
-    run_s: F64
-    """Time holding GPUs (including checkpoint and restore)."""
-    progress_s: F64
-    """Time making progress."""
-    comm_s: F64
-    """Of progress_s, the time spent in communication."""
-    preemptions: I64
-    widest_level: I64
-    busy_t: F64
-    busy_gpus: I64
-    """busy_gpus[i] GPUs are held from busy_t[i] until busy_t[i + 1]."""
-    events: int
-    decisions: int
-    segments: tuple[Segment, ...]
 
 
 class Simulator:
@@ -122,27 +62,9 @@ class Simulator:
         self._init_comm()
 
     def _init_comm(self) -> None:
-        """Per-job communication terms that depend only on placement shape: computed once."""
-        c, j = self.cluster, self.jobs
-        n = j.gpus.astype(np.float64)
-        steps = 2.0 * np.maximum(n - 1.0, 0.0)
-        self._bits = np.where(n > 1, steps / n * j.grad_bytes * 8.0, 0.0)
-        lat = (0.0, c.machine_latency_us * 1e-6, c.rack_latency_us * 1e-6, c.core_latency_us * 1e-6)
-        self._core_lat = steps * lat[3]
-        comm_m = steps * lat[1] + self._bits / (c.machine_gbps * 1e9)
-        comm_r = steps * lat[2] + self._bits / (c.rack_gbps * 1e9)
-        self._comm_level = np.stack([np.zeros_like(n), comm_m, comm_r])
-        self._uplink_gbps = c.core_gbps / (c.oversubscription * self.cfg.congestion)
-        ref = np.empty_like(n)
-        min_level = c.min_levels(j.gpus)
-        for lv in (Level.GPU, Level.MACHINE, Level.RACK, Level.CLUSTER):
-            mask = min_level == lv
-            if lv == Level.CLUSTER:
-                bw = min(c.rack_gbps, self._uplink_gbps)
-                ref[mask] = self._core_lat[mask] + self._bits[mask] / (bw * 1e9)
-            else:
-                ref[mask] = self._comm_level[int(lv)][mask]
-        self.ref_iter_s: F64 = j.compute_s + ref
+        """Per-job communication terms depend only on placement shape: computed once."""
+        self.comm = JobComm.of(self.cluster, self.jobs, self.cfg.congestion)
+        self.ref_iter_s: F64 = self.jobs.compute_s + self.comm.tightest_s
 
     # ---------------------------------------------------------------- state
     def _reset(self) -> None:
@@ -229,11 +151,11 @@ class Simulator:
     def _comm_for(self, j: int, alloc: Allocation) -> float:
         lv = alloc.level
         if lv != Level.CLUSTER:
-            return float(self._comm_level[int(lv), j])
+            return float(self.comm.by_level[int(lv), j])
         up = self.uplink_jobs
         sharers = max([len(up[r]) for r in self.racks[j]])
-        bw = min(self.cluster.rack_gbps, self._uplink_gbps / max(sharers, 1))
-        return float(self._core_lat[j]) + float(self._bits[j]) / (bw * 1e9)
+        bw = min(self.cluster.rack_gbps, self.comm.uplink_gbps / max(sharers, 1))
+        return float(self.comm.core_latency_s[j]) + float(self.comm.bits[j]) / (bw * 1e9)
 
     def _set_rate(self, j: int, now: float) -> None:
         """(Re)compute job ``j``'s iteration time and reschedule its finish event."""
@@ -363,6 +285,7 @@ class Simulator:
             while nxt < n and float(arrivals[nxt]) <= now:
                 self._activate(nxt, now)
                 nxt += 1
+                self.events += 1
                 changed = True
             while self.heap and self.heap[0][0] <= now:
                 _, kind, _, j, ver = heapq.heappop(self.heap)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from recperf.cluster.base import F64
-from recperf.cluster.engine import SimResult
+from recperf.cluster.outcome import SimResult
 from recperf.cluster.topology import Level
 
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 
+from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster, Level
 
 F64 = NDArray[np.float64]
@@ -97,3 +100,41 @@ def solve_spread_bytes(
     g = np.where((n > 1) & np.isfinite(g), g, 0.0)
     out: F64 = np.maximum(g, 0.0)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class JobComm:
+    """Per-job all-reduce terms that depend only on the placement's shape, computed once."""
+
+    bits: F64
+    """2(n-1)/n of the gradient, in bits: what crosses the slowest link per iteration."""
+    by_level: F64
+    """Uncontended comm seconds per iteration at GPU, MACHINE and RACK level (3 x jobs)."""
+    core_latency_s: F64
+    """Latency part at CLUSTER level; the bandwidth part depends on uplink sharing."""
+    uplink_gbps: float
+    """A rack uplink's bandwidth after oversubscription and congestion."""
+    tightest_s: F64
+    """Uncontended comm seconds per iteration at each job's tightest level."""
+
+    @classmethod
+    def of(cls, cluster: Cluster, jobs: JobTable, congestion: float = 1.0) -> JobComm:
+        n = jobs.gpus.astype(np.float64)
+        steps = 2.0 * np.maximum(n - 1.0, 0.0)
+        bits = np.where(n > 1, steps / n * jobs.grad_bytes * 8.0, 0.0)
+        by_level = np.stack(
+            [np.zeros_like(n)]
+            + [
+                steps * level_latency_s(cluster, lv)
+                + bits / (level_bandwidth_gbps(cluster, lv) * 1e9)
+                for lv in (Level.MACHINE, Level.RACK)
+            ]
+        )
+        core_latency = steps * level_latency_s(cluster, Level.CLUSTER)
+        uplink = cluster.core_gbps / (cluster.oversubscription * congestion)
+        alone = core_latency + bits / (min(cluster.rack_gbps, uplink) * 1e9)
+        levels = cluster.min_levels(jobs.gpus)
+        tightest = np.where(levels == int(Level.CLUSTER), alone, 0.0)
+        for lv in (Level.MACHINE, Level.RACK):
+            tightest = np.where(levels == int(lv), by_level[int(lv)], tightest)
+        return cls(bits, by_level, core_latency, uplink, tightest)

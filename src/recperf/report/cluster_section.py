@@ -18,8 +18,8 @@ import numpy as np
 import plotly.graph_objects as go
 
 from recperf.cluster.api import RunSpec, compare
-from recperf.cluster.engine import SimResult
 from recperf.cluster.metrics import summarize, utilization_series
+from recperf.cluster.outcome import SimResult
 from recperf.core.progress import ProgressFn
 from recperf.report.section import Section, figure_html, fmt_num, table_html
 
