@@ -68,7 +68,12 @@ RoundOpt = typer.Option(None, "--round-s", help="Preemption round length (s); 0 
 OptOpt = typer.Option(None, "--opt", help="Scheduler option key=value (repeatable).")
 
 
+SYNTHETIC_FLAGS = ("jobs", "load", "gpus_per_job", "duration_dist", "mean_duration_s")
+ENGINE_FLAGS = ("checkpoint_s", "restore_s", "round_s")
+
+
 def build_spec(
+    *,
     trace: str,
     fmt: str | None,
     scheduler: str,
@@ -76,9 +81,8 @@ def build_spec(
     cluster: str | None,
     seed: int,
     config: Path | None,
-    synth: dict[str, Any],
-    engine: dict[str, Any],
     opts: list[str] | None,
+    **flags: Any,
 ) -> RunSpec:
     """Merge a --config TOML file and the flags into one RunSpec (flags win)."""
     file: dict[str, Any] = load_toml(config) if config else {}
@@ -87,14 +91,14 @@ def build_spec(
         raise ConfigError(
             f"{config}: unknown table [{unknown[0]}]; allowed: synthetic, engine, scheduler"
         )
-    given = {k: v for k, v in synth.items() if v is not None}
+    given = {k: flags[k] for k in SYNTHETIC_FLAGS if flags[k] is not None}
     is_synthetic = trace == "synthetic" or fmt == "synthetic"
     if given and not is_synthetic:
         raise ConfigError(
             f"--{next(iter(given)).replace('_', '-')} only applies to --trace synthetic"
         )
     synthetic = from_mapping(SyntheticConfig, {**file.get("synthetic", {}), **given}, "synthetic")
-    eng = {**file.get("engine", {}), **{k: v for k, v in engine.items() if v is not None}}
+    eng = {**file.get("engine", {}), **{k: flags[k] for k in ENGINE_FLAGS if flags[k] is not None}}
     sched_opts = {**file.get("scheduler", {}), **parse_overrides(opts, "--opt")}
     return RunSpec(
         trace=trace,
@@ -135,23 +139,11 @@ def simulate_cmd(
 ) -> None:
     """Simulate one scheduler on a trace and write its results to --out."""
     spec = build_spec(
-        trace,
-        fmt,
-        scheduler,
-        placement,
-        cluster,
-        seed,
-        config,
-        {
-            "jobs": jobs,
-            "load": load,
-            "gpus_per_job": gpus_per_job,
-            "duration_dist": duration_dist,
-            "mean_duration_s": mean_duration_s,
-        },
-        {"checkpoint_s": checkpoint_s, "restore_s": restore_s, "round_s": round_s},
-        opt,
-    )
+        trace=trace, fmt=fmt, scheduler=scheduler, placement=placement, cluster=cluster,
+        seed=seed, config=config, opts=opt, jobs=jobs, load=load, gpus_per_job=gpus_per_job,
+        duration_dist=duration_dist, mean_duration_s=mean_duration_s,
+        checkpoint_s=checkpoint_s, restore_s=restore_s, round_s=round_s,
+    )  # fmt: skip
     loaded = load_jobs(spec)
     t0 = time.perf_counter()
     with progress_bar(f"{spec.scheduler} on {spec.trace}") as bar:
@@ -201,23 +193,11 @@ def compare_cmd(
     for name in names:
         SCHEDULERS.factory(name)  # fail before any long run on a misspelt name
     spec = build_spec(
-        trace,
-        fmt,
-        names[0],
-        placement,
-        cluster,
-        seed,
-        config,
-        {
-            "jobs": jobs,
-            "load": load,
-            "gpus_per_job": gpus_per_job,
-            "duration_dist": duration_dist,
-            "mean_duration_s": mean_duration_s,
-        },
-        {"checkpoint_s": checkpoint_s, "restore_s": restore_s, "round_s": round_s},
-        None,
-    )
+        trace=trace, fmt=fmt, scheduler=names[0], placement=placement, cluster=cluster,
+        seed=seed, config=config, opts=None, jobs=jobs, load=load, gpus_per_job=gpus_per_job,
+        duration_dist=duration_dist, mean_duration_s=mean_duration_s,
+        checkpoint_s=checkpoint_s, restore_s=restore_s, round_s=round_s,
+    )  # fmt: skip
     rows: list[dict[str, Any]] = []
     with progress_bar(f"{len(names)} schedulers on {trace}") as bar:
 
