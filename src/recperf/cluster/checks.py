@@ -148,7 +148,7 @@ def _fits(gpus: int, free: I64, level: Level) -> bool:
         return int(free.sum()) >= gpus
     if level <= Level.MACHINE:
         return bool((free >= gpus).any()) and (level == Level.MACHINE or gpus == 1)
-    racks = free.reshape(SMALL.racks, SMALL.machines_per_rack).sum(axis=1)
+    racks = SMALL.rack_free(free)
     return bool((racks >= gpus).any())
 
 

@@ -143,7 +143,11 @@ class Simulator:
             self.comm_s[j] += dt * float(self.comm_now[j]) / float(self.iter_s[j])
             if self.cfg.record_segments:
                 self.segments.append(Segment(j, start, now, None, iters))
-        held = now - last
+        self._hold(j, now)
+
+    def _hold(self, j: int, now: float) -> None:
+        """Charge job ``j`` the GPU time it held since it was last settled."""
+        held = now - float(self.settled_at[j])
         self.attained[j] += held * float(self.jobs.gpus[j])
         self.run_s[j] += held
         self.settled_at[j] = now
@@ -253,9 +257,7 @@ class Simulator:
     def _checkpoint_done(self, j: int, now: float) -> None:
         alloc = self.alloc[j]
         assert alloc is not None
-        self.run_s[j] += now - float(self.settled_at[j])
-        self.attained[j] += (now - float(self.settled_at[j])) * float(self.jobs.gpus[j])
-        self.settled_at[j] = now
+        self._hold(j, now)  # the checkpoint held the GPUs but made no progress
         self._release(j, alloc, float(self.run_started[j]), now)
         self.state[j] = WAITING
         self.waiting_since[j] = now
@@ -392,7 +394,7 @@ class Simulator:
             return [self.free_total] * 4
         c = self.cluster
         per_machine = int(self.free.max())
-        per_rack = int(self.free.reshape(c.racks, c.machines_per_rack).sum(axis=1).max())
+        per_rack = int(c.rack_free(self.free).max())
         return [self.free_total, per_machine, per_rack, self.free_total]
 
     def _place_in_order(self, order: I64, levels: I64, blocking: bool, now: float) -> None:

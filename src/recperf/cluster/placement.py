@@ -50,7 +50,7 @@ class BestFit:
         if max_level <= Level.MACHINE:
             return None
         mpr = cluster.machines_per_rack
-        rack_free = free.reshape(cluster.racks, mpr).sum(axis=1)
+        rack_free = cluster.rack_free(free)
         fits = np.flatnonzero(rack_free >= gpus)
         if fits.size:
             r = int(fits[np.argmin(rack_free[fits])])
@@ -77,7 +77,7 @@ def _groups(gpus: int, free: I64, cluster: Cluster, max_level: Level) -> list[I6
     if max_level <= Level.MACHINE:
         return [np.array([m]) for m in np.flatnonzero(free >= gpus).tolist()]
     mpr = cluster.machines_per_rack
-    rack_free = free.reshape(cluster.racks, mpr).sum(axis=1)
+    rack_free = cluster.rack_free(free)
     return [np.arange(r * mpr, (r + 1) * mpr) for r in np.flatnonzero(rack_free >= gpus).tolist()]
 
 

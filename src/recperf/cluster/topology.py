@@ -76,6 +76,11 @@ class Cluster:
         """Rack index of each machine."""
         return np.arange(self.machines, dtype=np.int64) // self.machines_per_rack
 
+    def rack_free(self, free: NDArray[np.int64]) -> NDArray[np.int64]:
+        """Per-rack totals of a per-machine count (machines are numbered rack by rack)."""
+        out: NDArray[np.int64] = free.reshape(self.racks, self.machines_per_rack).sum(axis=1)
+        return out
+
     def min_level(self, gpus: int) -> Level:
         """The tightest level a job of ``gpus`` GPUs can possibly be placed at."""
         if gpus <= 1:
