@@ -20,7 +20,7 @@ from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster, load_cluster
 from recperf.cluster.traces import BUNDLED, bundled_path
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
-from recperf.core.config import from_mapping
+from recperf.core.config import check_range, from_mapping
 from recperf.core.errors import ConfigError
 from recperf.core.progress import ProgressFn
 from recperf.core.results import write_json, write_parquet
@@ -43,9 +43,15 @@ class RunSpec:
     cluster: str | None = None
     """Preset name or TOML file; default: the trace format's own cluster."""
     seed: int = 0
-    """Seeds the synthetic generator and random placement."""
+    """Seeds the synthetic generator, random placement and arrival jitter."""
+    jitter_s: float = 0.0
+    """Move each arrival by a seeded uniform draw in [-jitter_s, +jitter_s] (clamped at 0), so
+    seeds give different interleavings of a real trace's jobs; 0 keeps the trace as it is."""
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+
+    def __post_init__(self) -> None:
+        check_range("jitter_s", self.jitter_s, 0.0, 86_400.0 * 30)
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -94,7 +100,16 @@ def load_jobs(spec: RunSpec) -> tuple[JobTable, Cluster]:
     loader, path = resolve_loader(spec)
     cluster = load_cluster(spec.cluster or loader.default_cluster)
     jobs = loader.load(path, cluster, np.random.default_rng(spec.seed))
+    if spec.jitter_s > 0:
+        jobs = jitter_arrivals(jobs, spec.jitter_s, spec.seed)
     return jobs, cluster
+
+
+def jitter_arrivals(jobs: JobTable, jitter_s: float, seed: int) -> JobTable:
+    """The same jobs with each arrival moved by a uniform draw in +-jitter_s (seeded)."""
+    rng = np.random.default_rng([seed, 0x6A17])
+    shift = rng.uniform(-jitter_s, jitter_s, size=len(jobs))
+    return jobs.with_arrivals(np.maximum(jobs.arrival_s + shift, 0.0))
 
 
 def simulate(

@@ -32,9 +32,14 @@ class JobTable:
     """Per-iteration time with no communication beyond what the reference placement hides."""
     grad_bytes: F64
     """Bytes all-reduced per iteration (0 for a job insensitive to placement)."""
+    measured_slowdown: F64 | None = None
+    """Measured per-iteration time spread over machines / consolidated on one (>= 1), where the
+    trace has it (Philly throughputs); NaN where unknown. None: unknown for every job."""
 
     def __post_init__(self) -> None:
         n = len(self.name)
+        if self.measured_slowdown is None:
+            object.__setattr__(self, "measured_slowdown", np.full(n, np.nan))
         cols = {
             "model": len(self.model),
             "arrival_s": len(self.arrival_s),
@@ -42,6 +47,7 @@ class JobTable:
             "total_iters": len(self.total_iters),
             "compute_s": len(self.compute_s),
             "grad_bytes": len(self.grad_bytes),
+            "measured_slowdown": len(self.slowdown_measured),
         }
         for col, size in cols.items():
             if size != n:
@@ -54,13 +60,27 @@ class JobTable:
             ("total_iters", self.total_iters > 0),
             ("compute_s", self.compute_s > 0),
             ("grad_bytes", self.grad_bytes >= 0),
+            ("measured_slowdown", np.isnan(self.slowdown_measured) | (self.slowdown_measured >= 1)),
         )
         for col, ok in checks:
             if not np.all(ok):
                 bad = int(np.flatnonzero(~ok)[0])
                 raise RecperfError(f"job table: job {self.name[bad]!r} has an invalid {col}")
-        for arr in (self.arrival_s, self.gpus, self.total_iters, self.compute_s, self.grad_bytes):
+        for arr in (
+            self.arrival_s,
+            self.gpus,
+            self.total_iters,
+            self.compute_s,
+            self.grad_bytes,
+            self.slowdown_measured,
+        ):
             arr.setflags(write=False)
+
+    @property
+    def slowdown_measured(self) -> F64:
+        """``measured_slowdown`` as an array (NaN where unknown)."""
+        assert self.measured_slowdown is not None  # filled in by __post_init__
+        return self.measured_slowdown
 
     def __len__(self) -> int:
         return len(self.name)
@@ -76,6 +96,7 @@ class JobTable:
         total_iters: list[float] | F64,
         compute_s: list[float] | F64,
         grad_bytes: list[float] | F64,
+        measured_slowdown: list[float] | F64 | None = None,
     ) -> JobTable:
         """Build from unsorted columns: rows are stably sorted by arrival."""
         arr = np.asarray(arrival_s, dtype=np.float64)
@@ -88,6 +109,9 @@ class JobTable:
             total_iters=np.asarray(total_iters, dtype=np.float64)[order].copy(),
             compute_s=np.asarray(compute_s, dtype=np.float64)[order].copy(),
             grad_bytes=np.asarray(grad_bytes, dtype=np.float64)[order].copy(),
+            measured_slowdown=None
+            if measured_slowdown is None
+            else np.asarray(measured_slowdown, dtype=np.float64)[order].copy(),
         )
 
     def subset(self, rows: I64) -> JobTable:
@@ -101,4 +125,18 @@ class JobTable:
             total_iters=self.total_iters[rows].copy(),
             compute_s=self.compute_s[rows].copy(),
             grad_bytes=self.grad_bytes[rows].copy(),
+            measured_slowdown=self.slowdown_measured[rows].copy(),
+        )
+
+    def with_arrivals(self, arrival_s: F64) -> JobTable:
+        """The same jobs at new arrival times, re-sorted (ids follow the new order)."""
+        return JobTable.build(
+            name=list(self.name),
+            model=list(self.model),
+            arrival_s=arrival_s,
+            gpus=self.gpus,
+            total_iters=self.total_iters,
+            compute_s=self.compute_s,
+            grad_bytes=self.grad_bytes,
+            measured_slowdown=self.slowdown_measured,
         )

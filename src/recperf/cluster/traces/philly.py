@@ -154,4 +154,5 @@ class PhillyTrace:
             total_iters=steps,
             compute_s=compute,
             grad_bytes=grad,
+            measured_slowdown=1.0 / np.asarray(ratio),
         )
