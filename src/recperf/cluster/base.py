@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol, runtime_checkable
@@ -10,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from recperf.cluster.jobs import JobTable
+from recperf.cluster.network import JobComm
 from recperf.cluster.topology import Cluster, Level
 from recperf.core.registry import Registry
 
@@ -88,6 +90,15 @@ class SchedulerView:
     """Holding GPUs now (including while restoring from a checkpoint)."""
     free_gpus: int
     progress: JobProgress
+    free: I64
+    """Free GPUs per machine (read-only)."""
+    alloc: Sequence[Allocation | None]
+    """Each job's current allocation by job id (None unless it holds GPUs)."""
+    comm: JobComm
+    """Per-job all-reduce terms at this run's congestion."""
+    may_preempt: bool
+    """Whether running jobs left out of the order will be preempted at this decision (at a
+    round boundary); otherwise the engine only starts waiting jobs on free GPUs."""
 
     @property
     def attained_gpu_s(self) -> F64:

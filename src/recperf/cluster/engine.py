@@ -87,6 +87,9 @@ class Simulator:
         self.waiting_since = np.full(n, np.nan)
         self.last_run = np.zeros(n)
         self.run_started = np.zeros(n)
+        self.locality_wait = np.zeros(n)
+        self.held_since = np.full(n, np.nan)
+        self.held_ids: I64 = np.zeros(0, dtype=np.int64)
         self.progress = JobProgress(
             attained_gpu_s=self.attained, settled_at=self.settled_at,
             restore_until=self.restore_until, done_iters=self.done, iter_s=self.iter_s,
@@ -313,8 +316,10 @@ class Simulator:
             progress(1.0)
         return self._result()
 
-    def _view(self, now: float) -> SchedulerView:
+    def _view(self, now: float, preempt: bool) -> SchedulerView:
         ids = self._active_ids()
+        free = self.free.view()
+        free.setflags(write=False)
         return SchedulerView(
             now=now,
             cluster=self.cluster,
@@ -323,6 +328,10 @@ class Simulator:
             running=self.state[ids] == RUNNING,
             free_gpus=self.free_total,
             progress=self.progress,
+            free=free,
+            alloc=self.alloc,
+            comm=self.comm,
+            may_preempt=preempt,
         )
 
     def _active_ids(self) -> I64:
@@ -350,7 +359,7 @@ class Simulator:
 
     def _decide(self, now: float, preempt: bool) -> None:
         self.decisions += 1
-        decision = self.scheduler.schedule(self._view(now))
+        decision = self.scheduler.schedule(self._view(now, preempt))
         if decision.wake_at is not None and decision.wake_at > now:
             self._wake(decision.wake_at)
         order = np.asarray(decision.order, dtype=np.int64)
@@ -359,14 +368,18 @@ class Simulator:
         else:
             levels = np.asarray(decision.max_level, dtype=np.int64)
         if preempt:
+            # Admission decides which running jobs lose their GPUs; every waiting job in the
+            # order may still start on GPUs that are free now (admitted ones first).
             keep = self._admit(order)
-            order, levels = order[keep], levels[keep]
+            admitted = order[keep]
             ids = self._active_ids()
             running_now = ids[self.state[ids] == RUNNING]
-            self.mark[order] = True
+            self.mark[admitted] = True
             for j in running_now[~self.mark[running_now]].tolist():
                 self._preempt(j, now)
-            self.mark[order] = False
+            self.mark[admitted] = False
+            first = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])
+            order, levels = order[first], levels[first]
         self._place_in_order(order, levels, decision.blocking, now)
 
     def _admit(self, order: I64) -> np.ndarray:
@@ -397,14 +410,34 @@ class Simulator:
         per_rack = int(c.rack_free(self.free).max())
         return [self.free_total, per_machine, per_rack, self.free_total]
 
+    def _hold_for_locality(self, held: I64, now: float) -> None:
+        """Track waits for locality: ``held`` are the waiting jobs that would fit the free GPUs
+        now but not within the level the scheduler allows them. Intervals open and close at
+        decision points."""
+        prev = self.held_ids
+        if not prev.size and not held.size:
+            return
+        closed = np.setdiff1d(prev, held, assume_unique=True)
+        opened = np.setdiff1d(held, prev, assume_unique=True)
+        self.locality_wait[closed] += now - self.held_since[closed]
+        self.held_since[closed] = np.nan
+        self.held_since[opened] = now
+        self.held_ids = np.sort(held)
+
     def _place_in_order(self, order: I64, levels: I64, blocking: bool, now: float) -> None:
         waiting = self.state[order] == WAITING
         if not waiting.any():
+            self._hold_for_locality(np.zeros(0, dtype=np.int64), now)
             return
         order, levels = order[waiting], levels[waiting]
         demand = self.jobs.gpus[order]
         constrained = bool((levels < int(Level.CLUSTER)).any())
         caps = self._level_caps(constrained)
+        if constrained:
+            held = (demand > np.asarray(caps)[levels]) & (demand <= self.free_total)
+            self._hold_for_locality(order[held], now)
+        else:
+            self._hold_for_locality(np.zeros(0, dtype=np.int64), now)
         if blocking:
             # Only a prefix can start: up to the first job whose cumulative demand overflows.
             k = int(np.searchsorted(np.cumsum(demand), self.free_total, side="right")) + 1
@@ -437,6 +470,7 @@ class Simulator:
             run_s=self.run_s,
             progress_s=self.progress_s,
             comm_s=self.comm_s,
+            locality_wait_s=self.locality_wait,
             preemptions=self.preemptions,
             widest_level=self.widest,
             busy_t=np.asarray(self.busy_t),

@@ -29,6 +29,8 @@ def summarize(res: SimResult) -> dict[str, Any]:
     denom = res.cluster.gpus * makespan
     level_counts = {lv: int(np.sum(res.widest_level == int(lv))) for lv in Level}
     progress = float(res.progress_s.sum())
+    waited = res.locality_wait_s[finished]
+    held = waited > 0
     return {
         "cluster": res.cluster.name,
         "cluster_gpus": res.cluster.gpus,
@@ -46,6 +48,8 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "utilization": busy_gpu_s / denom if denom > 0 else 0.0,
         "comm_overhead_frac": float(res.comm_s.sum()) / progress if progress > 0 else 0.0,
         "preemptions": int(res.preemptions.sum()),
+        "locality_wait_share": float(held.mean()) if held.size else 0.0,
+        "locality_wait_mean_s": float(waited[held].mean()) if held.any() else 0.0,
         "jobs_single_gpu": level_counts[Level.GPU],
         "jobs_within_machine": level_counts[Level.MACHINE],
         "jobs_within_rack": level_counts[Level.RACK],
@@ -75,6 +79,7 @@ def job_columns(res: SimResult) -> dict[str, Any]:
         "progress_s": res.progress_s,
         "comm_s": res.comm_s,
         "comm_overhead_frac": comm_frac,
+        "locality_wait_s": res.locality_wait_s,
         "preemptions": res.preemptions,
         "widest_level": names,
     }

@@ -60,6 +60,9 @@ class SimResult:
     """Time making progress."""
     comm_s: F64
     """Of progress_s, the time spent in communication."""
+    locality_wait_s: F64
+    """Time a job waited although free GPUs could hold it, because the scheduler allowed it only
+    a tighter placement (measured between decision points)."""
     preemptions: I64
     widest_level: I64
     busy_t: F64
