@@ -9,9 +9,19 @@ from typing import Any
 import typer
 
 from recperf.cli.common import console, err_console, one_line_errors, print_table
+from recperf.cli.common import fmt as fmt_value
 from recperf.cluster.api import RunSpec, compare, load_jobs, simulate, write_run
 from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS
 from recperf.cluster.outcome import EngineConfig
+from recperf.cluster.sweep import (
+    Sweep,
+    parse_floats,
+    parse_scheduler_overrides,
+    parse_seeds,
+    run_sweep,
+    split_trace,
+    write_sweep,
+)
 from recperf.cluster.topology import PRESETS
 from recperf.cluster.traces import BUNDLED
 from recperf.cluster.traces.synthetic import SyntheticConfig
@@ -212,6 +222,146 @@ def compare_cmd(
     print_table(
         f"{trace} on {rows[0]['cluster']} ({rows[0]['cluster_gpus']} GPUs)", rows, TABLE_COLUMNS
     )
+
+
+SWEEP_METRICS = ("makespan_s", "jct_mean_s", "jct_p95_s", "comm_overhead_frac")
+
+
+def sweep_table_rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The grouped summary as table cells: ok/total runs and ``mean ± std`` over the seeds."""
+    rows = []
+    for g in groups:
+        name = split_trace(g["trace"])[0]  # a TOML path would crowd out the trace name
+        row = {
+            "trace": f"{name if name in BUNDLED else Path(name).name}@{g['cluster']}",
+            "scheduler": g["scheduler"],
+            "congestion": f"{g['congestion']:g}",
+        }
+        row["runs_ok"] = f"{g['runs_ok']}/{g['runs_ok'] + g['runs_failed']}"
+        for m in SWEEP_METRICS:
+            mean, std = g[f"{m}_mean"], g[f"{m}_std"]
+            row[m] = fmt_value(mean) if std != std else f"{fmt_value(mean)} ± {fmt_value(std)}"
+        row["preemptions"] = g["preemptions_mean"]
+        rows.append(row)
+    return rows
+
+
+def split_list(text: str, flag: str) -> tuple[str, ...]:
+    """A comma-separated flag value as a tuple; empty is an error naming the flag."""
+    items = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not items:
+        raise ConfigError(f"{flag} is empty")
+    return items
+
+
+@app.command("sweep")
+@one_line_errors
+def sweep_cmd(
+    traces: str = typer.Option(
+        ...,
+        help="Comma-separated traces: bundled names or files, each optionally @CLUSTER "
+        "(a preset or TOML file), e.g. philly@philly-third,helios-500.",
+    ),
+    schedulers: str = typer.Option(
+        "fifo,sjf,srtf,tiresias,consolidate",
+        help=f"Comma-separated schedulers ({', '.join(SCHEDULERS)}, or module:attr).",
+    ),
+    congestion: str = typer.Option(
+        "1", help="Comma-separated rack-uplink congestion factors (>= 1), e.g. 1,2,4."
+    ),
+    seeds: str = typer.Option("0", help="Seeds: a range 0-4, a list 0,3,7, or a mix 0-2,9."),
+    out: Path = typer.Option(
+        ..., help="Directory for runs.parquet, jobs.parquet (with --jobs) and sweep.json."
+    ),
+    backend: str = typer.Option(
+        "local",
+        help="Where runs execute: local (a process pool), ray (a Ray cluster; needs the "
+        "ray extra of recperf) or serial (in this process, for debugging).",
+    ),
+    workers: int | None = typer.Option(
+        None, help="Parallel runs (local processes or CPUs of a local Ray). Default: all CPUs."
+    ),
+    address: str | None = typer.Option(
+        None, help="Ray cluster address (e.g. auto or ray://host:10001); default: start Ray here."
+    ),
+    cluster: str | None = typer.Option(
+        None,
+        help=f"Cluster for traces without @CLUSTER: a preset ({', '.join(PRESETS)}) or a TOML "
+        "file. Default: each trace's own cluster.",
+    ),
+    fmt: str | None = typer.Option(
+        None,
+        "--format",
+        help=f"Format of trace files ({', '.join(TRACE_LOADERS)}); bundled names know their own.",
+    ),
+    placement: str = PlacementOpt,
+    jitter_s: float = typer.Option(
+        0.0,
+        "--jitter-s",
+        help="Move each arrival by a seeded uniform draw in +-S seconds, so seeds differ on "
+        "real traces; 0 keeps arrivals as traced.",
+    ),
+    checkpoint_s: float | None = CkptOpt,
+    restore_s: float | None = RestoreOpt,
+    round_s: float | None = RoundOpt,
+    opt: list[str] | None = typer.Option(
+        None,
+        "--opt",
+        help="Option for one scheduler, SCHED.key=value, e.g. tiresias.min_run_s=60 (repeatable).",
+    ),
+    keep_jobs: bool = typer.Option(
+        True, "--jobs/--no-jobs", help="Also write every run's per-job rows to jobs.parquet."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print sweep.json to stdout."),
+) -> None:
+    """Run every trace x scheduler x congestion x seed in parallel; print means over the seeds.
+
+    Exit code 0 when all runs succeed, 1 when some failed (their errors are in sweep.json and
+    on stderr; the other runs' results are still written), 2 for bad input.
+    """
+    names = split_list(schedulers, "--schedulers")
+    eng = {"checkpoint_s": checkpoint_s, "restore_s": restore_s, "round_s": round_s}
+    base = RunSpec(
+        format=fmt,
+        placement=placement,
+        cluster=cluster,
+        jitter_s=jitter_s,
+        engine=from_mapping(
+            EngineConfig, {k: v for k, v in eng.items() if v is not None}, "engine"
+        ),
+    )
+    sweep = Sweep(
+        traces=split_list(traces, "--traces"),
+        schedulers=names,
+        congestion=parse_floats(congestion, "--congestion"),
+        seeds=parse_seeds(seeds, "--seeds"),
+        scheduler_options=parse_scheduler_overrides(opt, names, "--opt"),
+        base=base,
+    )
+    n = sweep.size
+    with progress_bar(f"{n} runs ({backend})") as bar:
+        result = run_sweep(
+            sweep, backend=backend, workers=workers, address=address, keep_jobs=keep_jobs,
+            progress=bar,
+        )  # fmt: skip
+    summary = write_sweep(out, result)
+    if json_out:
+        typer.echo(dumps_json(summary), nl=False)
+    print_table(
+        f"{n} runs: {summary['runs_ok']} ok, {summary['runs_failed']} failed "
+        "(mean and std over the ok seeds)",
+        sweep_table_rows(summary["groups"]),
+        ("trace", "scheduler", "congestion", "runs_ok", *SWEEP_METRICS, "preemptions"),
+    )
+    for f in summary["failures"]:
+        err_console.print(
+            f"failed: {f['trace']}/{f['scheduler']}/congestion {f['congestion']:g}/"
+            f"seed {f['seed']}: {f['error']}",
+            markup=False, highlight=False, soft_wrap=True,
+        )  # fmt: skip
+    err_console.print(f"results in {out}", markup=False, highlight=False)
+    if summary["failures"]:
+        raise typer.Exit(1)
 
 
 @app.command("list")
