@@ -42,6 +42,7 @@ TABLE_COLUMNS = (
     "utilization",
     "comm_overhead_frac",
     "preemptions",
+    "locality_wait_share",
 )
 
 TraceOpt = typer.Option(
@@ -76,10 +77,29 @@ RestoreOpt = typer.Option(
 )
 RoundOpt = typer.Option(None, "--round-s", help="Preemption round length (s); 0 = any event.")
 OptOpt = typer.Option(None, "--opt", help="Scheduler option key=value (repeatable).")
+CongestionOpt = typer.Option(
+    None,
+    "--congestion",
+    help="Factor (>= 1) on rack-uplink oversubscription: 1 = the cluster's own, 4 = a "
+    "network four times as congested.",
+)
+TimersOpt = typer.Option(
+    None,
+    "--timers",
+    help="netsens delay timers: auto (learned per GPU-demand class) or RACK_S,NET_S fixed "
+    "seconds before accepting a rack-level / cross-rack placement.",
+)
+JitterOpt = typer.Option(
+    None,
+    "--jitter-s",
+    help="Move each arrival by a seeded uniform draw in +-S seconds (seeds then differ on "
+    "real traces).",
+)
 
 
 SYNTHETIC_FLAGS = ("jobs", "load", "gpus_per_job", "duration_dist", "mean_duration_s")
-ENGINE_FLAGS = ("checkpoint_s", "restore_s", "round_s")
+ENGINE_FLAGS = ("checkpoint_s", "restore_s", "round_s", "congestion")
+NETSENS = "netsens"
 
 
 def build_spec(
@@ -92,9 +112,12 @@ def build_spec(
     seed: int,
     config: Path | None,
     opts: list[str] | None,
+    timers: str | None = None,
+    jitter_s: float | None = None,
     **flags: Any,
 ) -> RunSpec:
-    """Merge a --config TOML file and the flags into one RunSpec (flags win)."""
+    """Merge a --config TOML file and the flags into one RunSpec (flags win). ``timers`` is
+    netsens' option: an error for any other scheduler."""
     file: dict[str, Any] = load_toml(config) if config else {}
     unknown = sorted(set(file) - {"synthetic", "engine", "scheduler"})
     if unknown:
@@ -110,6 +133,10 @@ def build_spec(
     synthetic = from_mapping(SyntheticConfig, {**file.get("synthetic", {}), **given}, "synthetic")
     eng = {**file.get("engine", {}), **{k: flags[k] for k in ENGINE_FLAGS if flags[k] is not None}}
     sched_opts = {**file.get("scheduler", {}), **parse_overrides(opts, "--opt")}
+    if timers is not None:
+        if scheduler != NETSENS:
+            raise ConfigError(f"--timers only applies to --scheduler {NETSENS} (got {scheduler!r})")
+        sched_opts["timers"] = timers
     return RunSpec(
         trace=trace,
         format=fmt,
@@ -120,6 +147,7 @@ def build_spec(
         seed=seed,
         synthetic=synthetic,
         engine=from_mapping(EngineConfig, eng, "engine"),
+        jitter_s=jitter_s or 0.0,
     )
 
 
@@ -144,15 +172,19 @@ def simulate_cmd(
     checkpoint_s: float | None = CkptOpt,
     restore_s: float | None = RestoreOpt,
     round_s: float | None = RoundOpt,
+    congestion: float | None = CongestionOpt,
+    timers: str | None = TimersOpt,
+    jitter_s: float | None = JitterOpt,
     opt: list[str] | None = OptOpt,
     json_out: bool = typer.Option(False, "--json", help="Print summary.json to stdout."),
 ) -> None:
     """Simulate one scheduler on a trace and write its results to --out."""
     spec = build_spec(
         trace=trace, fmt=fmt, scheduler=scheduler, placement=placement, cluster=cluster,
-        seed=seed, config=config, opts=opt, jobs=jobs, load=load, gpus_per_job=gpus_per_job,
-        duration_dist=duration_dist, mean_duration_s=mean_duration_s,
-        checkpoint_s=checkpoint_s, restore_s=restore_s, round_s=round_s,
+        seed=seed, config=config, opts=opt, timers=timers, jitter_s=jitter_s, jobs=jobs,
+        load=load, gpus_per_job=gpus_per_job, duration_dist=duration_dist,
+        mean_duration_s=mean_duration_s, checkpoint_s=checkpoint_s, restore_s=restore_s,
+        round_s=round_s, congestion=congestion,
     )  # fmt: skip
     loaded = load_jobs(spec)
     t0 = time.perf_counter()
@@ -178,7 +210,7 @@ def simulate_cmd(
 def compare_cmd(
     trace: str = TraceOpt,
     schedulers: str = typer.Option(
-        "fifo,sjf,srtf,tiresias,consolidate", help="Comma-separated schedulers."
+        "fifo,sjf,srtf,tiresias,consolidate,netsens", help="Comma-separated schedulers."
     ),
     out: Path = typer.Option(..., help="Directory: one subfolder per scheduler plus compare.json."),
     fmt: str | None = FormatOpt,
@@ -194,6 +226,9 @@ def compare_cmd(
     checkpoint_s: float | None = CkptOpt,
     restore_s: float | None = RestoreOpt,
     round_s: float | None = RoundOpt,
+    congestion: float | None = CongestionOpt,
+    timers: str | None = TimersOpt,
+    jitter_s: float | None = JitterOpt,
     json_out: bool = typer.Option(False, "--json", help="Print compare.json to stdout."),
 ) -> None:
     """Run several schedulers on the same trace and print one table."""
@@ -204,18 +239,23 @@ def compare_cmd(
         SCHEDULERS.factory(name)  # fail before any long run on a misspelt name
     spec = build_spec(
         trace=trace, fmt=fmt, scheduler=names[0], placement=placement, cluster=cluster,
-        seed=seed, config=config, opts=None, jobs=jobs, load=load, gpus_per_job=gpus_per_job,
-        duration_dist=duration_dist, mean_duration_s=mean_duration_s,
-        checkpoint_s=checkpoint_s, restore_s=restore_s, round_s=round_s,
+        seed=seed, config=config, opts=None, jitter_s=jitter_s, jobs=jobs, load=load,
+        gpus_per_job=gpus_per_job, duration_dist=duration_dist,
+        mean_duration_s=mean_duration_s, checkpoint_s=checkpoint_s, restore_s=restore_s,
+        round_s=round_s, congestion=congestion,
     )  # fmt: skip
+    if timers is not None and NETSENS not in names:
+        raise ConfigError(f"--timers only applies to {NETSENS}, which is not in --schedulers")
+    per_scheduler = {NETSENS: {"timers": timers}} if timers is not None else {}
     rows: list[dict[str, Any]] = []
     with progress_bar(f"{len(names)} schedulers on {trace}") as bar:
 
         def done(name: str, res: Any) -> None:
-            rows.append(write_run(out / name, spec.replace(scheduler=name), res))
+            run_spec = spec.replace(scheduler=name, scheduler_options=per_scheduler.get(name, {}))
+            rows.append(write_run(out / name, run_spec, res))
             bar(len(rows) / len(names))
 
-        compare(spec, names, on_done=done)
+        compare(spec, names, on_done=done, options=per_scheduler)
     write_json(out / "compare.json", {"trace": trace, "runs": rows})
     if json_out:
         typer.echo(dumps_json({"trace": trace, "runs": rows}), nl=False)
@@ -263,7 +303,7 @@ def sweep_cmd(
         "(a preset or TOML file), e.g. philly@philly-third,helios-500.",
     ),
     schedulers: str = typer.Option(
-        "fifo,sjf,srtf,tiresias,consolidate",
+        "fifo,sjf,srtf,tiresias,consolidate,netsens",
         help=f"Comma-separated schedulers ({', '.join(SCHEDULERS)}, or module:attr).",
     ),
     congestion: str = typer.Option(
@@ -309,6 +349,7 @@ def sweep_cmd(
         "--opt",
         help="Option for one scheduler, SCHED.key=value, e.g. tiresias.min_run_s=60 (repeatable).",
     ),
+    timers: str | None = TimersOpt,
     keep_jobs: bool = typer.Option(
         True, "--jobs/--no-jobs", help="Also write every run's per-job rows to jobs.parquet."
     ),
@@ -320,6 +361,10 @@ def sweep_cmd(
     on stderr; the other runs' results are still written), 2 for bad input.
     """
     names = split_list(schedulers, "--schedulers")
+    if timers is not None:
+        if NETSENS not in names:
+            raise ConfigError(f"--timers only applies to {NETSENS}, which is not in --schedulers")
+        opt = [*(opt or []), f"{NETSENS}.timers={timers}"]
     eng = {"checkpoint_s": checkpoint_s, "restore_s": restore_s, "round_s": round_s}
     base = RunSpec(
         format=fmt,

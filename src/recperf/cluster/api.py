@@ -150,12 +150,15 @@ def compare(
     spec: RunSpec,
     schedulers: Sequence[str],
     on_done: Callable[[str, SimResult], None] | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, SimResult]:
-    """Run several schedulers over the same loaded trace."""
+    """Run several schedulers over the same loaded trace; ``options`` gives per-scheduler
+    options (others run with ``spec.scheduler_options``)."""
     loaded = load_jobs(spec)
     results: dict[str, SimResult] = {}
     for name in schedulers:
-        res = simulate(spec.replace(scheduler=name), loaded=loaded)
+        opts = (options or {}).get(name, spec.scheduler_options)
+        res = simulate(spec.replace(scheduler=name, scheduler_options=opts), loaded=loaded)
         results[name] = res
         if on_done is not None:
             on_done(name, res)

@@ -1,39 +1,45 @@
 """Network-sensitive scheduling: delay scheduling for consolidation, sensitivity-scaled timers
-that tune themselves, and network-sensitive preemption.
-
-Priorities are Tiresias' discretised 2D-LAS (attained GPU-seconds, queues, FIFO within a queue),
-so no job duration is assumed known. On top of that:
+that tune themselves, and preemption that gives consolidated GPUs to the jobs that need them.
 
 * **Sensitivity.** Each job's slowdown at rack level and across racks comes from the trace's
   measurement where it has one (Philly: spread vs consolidated throughput per job type) and
   from the communication model at the run's congestion otherwise (``recperf.cluster.sensitivity``).
+* **Priority.** Arrival order (``order = "fifo"``, the default; a job that cannot be placed
+  lets later ones start) or Tiresias' 2D-LAS queues (``order = "las"``), which also preempt
+  lower queues. No job duration is assumed known either way.
 * **Delay scheduling.** A waiting job may use only its tightest level (one machine if it fits
   one). After waiting ``rack timer x s`` it may take a rack-level placement, after ``network
   timer x s`` a cross-rack one, where ``s = min(1, loss / sensitivity_ref)`` and ``loss`` is the
   slowdown minus one at that level: an insensitive job spreads at once, a sensitive one waits.
   A job whose demand cannot fit a machine (a rack) starts at rack (cluster) level directly.
-* **Timers.** Fixed (``timers = "RACK_S,NET_S"``) or ``auto``: per GPU-demand class, the mean
-  plus two standard deviations of the recent locality waits that ended in a machine-level
-  placement (rack timer) or a rack-level one (network timer), bounded by ``auto_max_s``. A
-  locality wait counts from the first decision at which the job could have run spread on free
-  GPUs but was held back, to its start.
-* **Preemption, placement-aware.** GPUs are leases of ``lease_s``. At a preemption round a
-  waiting job preempts expired-lease jobs of strictly lower priority only where that frees a
-  placement at the level it may use, choosing the machine, rack or cluster that costs the
-  fewest preempted GPUs.
-* **Preemption, network-sensitive.** A running job whose lease expired, placed wider than its
-  tightest level and losing at least ``migrate_min_loss`` of its time to the network (at its
-  current, shared-uplink rate) takes a machine (rack) back from expired-lease jobs that would
-  lose at most half as much if spread. Both checkpoint; the sensitive job restarts
-  consolidated first, the displaced ones then start on the freed GPUs. It moves only if its
-  expected saving (its run so far, the LAS predictor of what remains, times the share of time
-  it loses) exceeds the checkpoint/restore cost of every job moved plus the victims' losses.
+* **Timers.** Fixed (``timers = "RACK_S,NET_S"``) or ``auto``: per GPU-demand class (1, 2,
+  3-4, 5-8, ... GPUs), the mean plus two standard deviations (``auto_stat``) of the last
+  ``auto_window`` locality waits that ended in a machine-level placement (rack timer) or a
+  rack-level one (network timer), bounded by ``auto_max_s``. A locality wait runs from the
+  first decision at which the job could have started spread on free GPUs but was held back,
+  to its start; jobs placed at once are not waits. A class with fewer than
+  ``auto_min_samples`` waits uses all classes' waits, and before that ``auto_initial_s``.
+* **Network-sensitive preemption.** GPUs are leases of ``lease_s``; at a preemption round:
+  - *reclaim*: a job held back for locality for ``reclaim_after_s`` takes a machine (rack)
+    from expired-lease jobs that would lose at most half as much as it does if spread, when
+    the free GPUs can take those jobs at once;
+  - *migrate*: a running job whose lease expired, placed wider than its tightest level and
+    losing at least ``migrate_min_loss`` of its time to the network (at its current,
+    shared-uplink rate), takes a machine (rack) back from such less sensitive jobs.
+  The moved jobs checkpoint; when the GPUs are free (``checkpoint_s`` later) the sensitive
+  job starts consolidated first, then the displaced ones, at any level. A move happens only
+  if its expected saving exceeds its cost: the held job's GPUs x loss x time held so far, or
+  the spread job's run so far (the LAS predictor of what remains) x GPUs x share of time lost,
+  against ``migrate_cost_s`` (checkpoint + restore) per moved GPU plus each displaced job's
+  own loss from running spread for as long again as it has run.
 
-**No starvation.** (1) Locality waits are bounded: after the network timer (at most
-``auto_max_s`` or the fixed value) a job takes any free GPUs. (2) A waiting job that has waited
-``promote_factor`` times its run so far (at least ``lease_s``) is promoted to the top queue,
-as in Tiresias; top-queue jobs are never migration victims. (3) Every run lasts at least a
-lease before it can be preempted, so a job progresses between preemptions.
+**No starvation.** (1) Locality waits are bounded: after its network timer (at most
+``auto_max_s``, or the fixed value) a job takes any free GPUs. (2) A displaced job restarts
+next, ahead of every other waiting job, at any level, on GPUs that were free when it was
+displaced; a job can be displaced at most once per lease. (3) With ``order = "las"``, a
+waiting job is promoted to the top queue after waiting ``promote_factor`` times its run so far
+(at least ``lease_s``), as in Tiresias. (4) Every run lasts at least a lease before it can be
+preempted, so a job progresses between preemptions.
 """
 
 from __future__ import annotations
@@ -83,16 +89,17 @@ class NetSensConfig:
 
     timers: str = "auto"
     """'auto' (learned per GPU-demand class) or 'RACK_S,NET_S' fixed delay timers."""
-    sensitivity_ref: float = 0.5
+    sensitivity_ref: float = 0.05
     """Loss (slowdown - 1) at which a job waits its class's full timer; less waits less."""
-    thresholds_gpu_s: tuple[float, ...] = (3_600.0, 36_000.0)
-    """2D-LAS queue thresholds on attained GPU-seconds (as Tiresias)."""
     lease_s: float = 1_800.0
     """A started job keeps its GPUs at least this long."""
-    promote_factor: float = 4.0
-    """Promote a waiting job to the top queue after waiting this many times its run (0: never)."""
     order: Literal["fifo", "las"] = "fifo"
     """Priority among jobs: arrival order, or Tiresias' 2D-LAS queues (preempting by queue)."""
+    thresholds_gpu_s: tuple[float, ...] = (3_600.0, 36_000.0)
+    """order = "las": queue thresholds on attained GPU-seconds (as Tiresias)."""
+    promote_factor: float = 4.0
+    """order = "las": promote a waiting job to the top queue after waiting this many times its
+    run so far (0: never)."""
     reclaim: bool = True
     """Let a job held back for locality take a machine (rack) from less sensitive jobs."""
     reclaim_after_s: float = 600.0
@@ -103,12 +110,16 @@ class NetSensConfig:
     """Least share of extra time lost to the network for a running job to be moved."""
     migrate_cost_s: float = 30.0
     """Seconds a move costs each moved job (checkpoint + restore) in the benefit test."""
-    auto_initial_s: tuple[float, float] = (600.0, 1_800.0)
-    """Auto: rack and network timers used until a class has ``auto_min_samples`` waits."""
+    auto_initial_s: tuple[float, float] = (86_400.0, 86_400.0)
+    """Auto: rack and network timers until ``auto_min_samples`` waits are seen (in all classes
+    together). With no evidence yet a job waits long for locality, as under consolidation."""
+    auto_stat: Literal["mean+2std", "p90", "max"] = "mean+2std"
+    """Auto: the statistic of recent waits a timer is set to."""
     auto_window: int = 64
     """Auto: recent waits kept per class and level."""
-    auto_min_samples: int = 8
-    auto_max_s: float = 4 * 3_600.0
+    auto_min_samples: int = 5
+    """Auto: waits a class needs before its own statistic is used (before: all classes')."""
+    auto_max_s: float = 7 * 86_400.0
     """Auto: upper bound of a learned timer."""
 
     def __post_init__(self) -> None:
@@ -146,21 +157,36 @@ class TimerTuner:
         self._cache: dict[int, tuple[float, float]] = {}
 
     def record(self, cls: int, level: int, wait_s: float) -> None:
-        """A job of class ``cls`` started at ``level`` after a locality wait of ``wait_s``."""
-        if level not in (_MACHINE, _RACK):
+        """A job of class ``cls`` started at ``level`` after a locality wait of ``wait_s``.
+
+        Only jobs that were held back count: one placed at once says nothing about how long
+        locality takes to come once a job has to wait for it."""
+        if level not in (_MACHINE, _RACK) or wait_s <= 0:
             return
         key = (cls, level)
         if key not in self._waits:
             self._waits[key] = deque(maxlen=self.cfg.auto_window)
         self._waits[key].append(wait_s)
-        self._cache.pop(cls, None)
+        self._cache.clear()  # classes without enough waits of their own use the pooled ones
 
     def _stat(self, cls: int, level: int, initial: float) -> float:
+        """Mean + 2 std of the class's recent waits; of all classes' while the class has too
+        few; ``initial`` while all classes together have too few."""
         waits = self._waits.get((cls, level))
         if waits is None or len(waits) < self.cfg.auto_min_samples:
-            return initial
-        arr = np.fromiter(waits, dtype=np.float64)
-        return float(min(arr.mean() + 2.0 * arr.std(), self.cfg.auto_max_s))
+            pooled = [w for (_, lv), ws in self._waits.items() if lv == level for w in ws]
+            if len(pooled) < self.cfg.auto_min_samples:
+                return initial
+            arr = np.asarray(pooled, dtype=np.float64)
+        else:
+            arr = np.fromiter(waits, dtype=np.float64)
+        if self.cfg.auto_stat == "max":
+            stat = float(arr.max())
+        elif self.cfg.auto_stat == "p90":
+            stat = float(np.percentile(arr, 90))
+        else:
+            stat = float(arr.mean() + 2.0 * arr.std())
+        return min(stat, self.cfg.auto_max_s)
 
     def timers(self, cls: int) -> tuple[float, float]:
         """(rack timer, network timer) for a class; the network one is never the shorter."""
