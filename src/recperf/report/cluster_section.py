@@ -30,9 +30,10 @@ TRACES = ("tiresias-480", "helios-500")
 """Each on its own default cluster (tiresias-n32g4, helios); both together run in seconds."""
 QUICK_TRACES = ("tiresias-480",)
 LONGEST_JOBS = 5
-# Figures carry plain lists, not plotly's base64 arrays, so the page's own check can count the
-# points of every trace and report.html stays readable.
-_LAYOUT: dict[str, Any] = {
+# Plot layout shared by the report's cluster-simulator sections. Figures carry plain lists, not
+# plotly's base64 arrays, so the page's own check can count the points of every trace and
+# report.html stays readable.
+LAYOUT: dict[str, Any] = {
     "template": "plotly_white",
     "height": 380,
     "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
@@ -143,7 +144,8 @@ def _run_html(index: int, run: ClusterRun) -> str:
     )
 
 
-def _title(text: str) -> dict[str, Any]:
+def plot_title(text: str) -> dict[str, Any]:
+    """A figure title, escaped: plotly renders titles as a small HTML subset."""
     return {"text": html.escape(text), "font": {"size": 15}}
 
 
@@ -166,8 +168,8 @@ def _jct_cdf(run: ClusterRun) -> go.Figure:
             )
         )
     fig.update_layout(
-        **_LAYOUT,
-        title=_title(f"JCT CDF — {run.trace}"),
+        **LAYOUT,
+        title=plot_title(f"JCT CDF — {run.trace}"),
         xaxis={"type": "log", "title": "JCT (s, log scale)"},
         yaxis={"title": "fraction of jobs finished", "range": [0, 1.02]},
     )
@@ -188,8 +190,8 @@ def _utilization(run: ClusterRun) -> go.Figure:
             )
         )
     fig.update_layout(
-        **_LAYOUT,
-        title=_title(f"GPU utilisation over time — {run.trace}"),
+        **LAYOUT,
+        title=plot_title(f"GPU utilisation over time — {run.trace}"),
         xaxis={"title": "hours since first arrival"},
         yaxis={"title": "GPUs held (%)", "range": [0, 102]},
     )
@@ -216,8 +218,8 @@ def _bars(
         )
     )
     fig.update_layout(
-        **{**_LAYOUT, "showlegend": False},
-        title=_title(f"{label} — {run.trace}"),
+        **{**LAYOUT, "showlegend": False},
+        title=plot_title(f"{label} — {run.trace}"),
         yaxis={"title": label, "rangemode": "tozero"},
     )
     return fig
