@@ -20,7 +20,7 @@ from typing import Any
 from recperf.cluster.api import RunSpec, load_jobs, simulate
 from recperf.cluster.traces.synthetic import SyntheticConfig
 
-SCHEDULERS = ("fifo", "sjf", "srtf", "tiresias", "consolidate")
+SCHEDULERS = ("fifo", "sjf", "srtf", "tiresias", "consolidate", "netsens")
 
 
 def time_runs(spec: RunSpec, repeats: int) -> dict[str, Any]:
