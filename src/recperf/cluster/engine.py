@@ -369,16 +369,23 @@ class Simulator:
             levels = np.asarray(decision.max_level, dtype=np.int64)
         if preempt:
             # Admission decides which running jobs lose their GPUs; every waiting job in the
-            # order may still start on GPUs that are free now (admitted ones first).
+            # order may still start on GPUs that are free now (admitted ones first) unless
+            # this round preempts: then the GPUs being freed are for the admitted jobs, and a
+            # job not admitted that took free GPUs now could leave them short when the
+            # checkpoints end, to be preempted in turn (with checkpoint_s = 0, forever at one
+            # instant: two jobs alternating on a GPU an admitted job waits for).
             keep = self._admit(order)
             admitted = order[keep]
             ids = self._active_ids()
             running_now = ids[self.state[ids] == RUNNING]
             self.mark[admitted] = True
-            for j in running_now[~self.mark[running_now]].tolist():
+            stopped = running_now[~self.mark[running_now]]
+            for j in stopped.tolist():
                 self._preempt(j, now)
             self.mark[admitted] = False
-            first = np.concatenate([np.flatnonzero(keep), np.flatnonzero(~keep)])
+            first = np.flatnonzero(keep)
+            if not stopped.size:
+                first = np.concatenate([first, np.flatnonzero(~keep)])
             order, levels = order[first], levels[first]
         self._place_in_order(order, levels, decision.blocking, now)
 
