@@ -124,6 +124,16 @@ class NetSensConfig:
 
     def __post_init__(self) -> None:
         parse_timers(self.timers)
+        # Literal types are checked only when built from TOML or flags; a Config built in code
+        # with another value would silently behave as the default.
+        for name, allowed in (
+            ("order", ("fifo", "las")),
+            ("auto_stat", ("mean+2std", "p90", "max")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(
+                    f"{name} = {getattr(self, name)!r}: allowed: {', '.join(allowed)}"
+                )
         t = self.thresholds_gpu_s
         if not t or t[0] <= 0 or any(b <= a for a, b in itertools.pairwise(t)):
             raise ConfigError(
@@ -322,6 +332,11 @@ class NetSens:
         moved = False
         if view.may_preempt:
             moved = self._plan(view, prio, queue, level, leased, stop, executed)
+            # A job that reclaims GPUs in this round waits for them at its tightest level: left
+            # at the level its timers allow, it would start spread on the free GPUs now and the
+            # jobs displaced for it would be preempted for nothing.
+            claims = waiting & self._moving[ids]
+            level[claims] = self._min_level[ids[claims]]
         keep_running = prio[running[prio] & ~stop[prio]]
         # While GPUs are being freed for a move, start nothing else: the jobs that move get
         # them first when the checkpoints complete (seconds later).
@@ -336,6 +351,14 @@ class NetSens:
             starve = waiting & (queue > 0)
             if cfg.promote_factor > 0 and starve.any():
                 times.append(float(np.min(promote_at[starve] - waited[starve])))
+        if cfg.reclaim:
+            # A held job may reclaim once held for reclaim_after_s: be called then, not only at
+            # the next arrival or finish (which may come after its timers let it spread).
+            held_for = now - self._held_since[ids]
+            with np.errstate(invalid="ignore"):
+                due = waiting & (held_for < cfg.reclaim_after_s)
+            if due.any():
+                times.append(float(np.min(cfg.reclaim_after_s - held_for[due])))
         fits = waiting & (gpus <= view.free_gpus)
         for timer, lv in ((t_rack, _MACHINE), (t_net, _RACK)):
             pending = fits & (level == lv) & (waited < timer)
