@@ -33,8 +33,21 @@ def test_registered_placement_conforms(name: str) -> None:
     check_placement(PLACEMENTS.create(name))
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"order": "las", "timers": "0,0", "lease_s": "0"},
+        {"order": "las", "timers": "300,900", "lease_s": "60", "reclaim_after_s": "0"},
+        {"timers": "auto", "auto_min_samples": "1", "auto_initial_s": "60,120", "lease_s": "60"},
+    ],
+    ids=["las-0,0", "las-300,900", "fifo-auto"],
+)
+def test_netsens_conforms_with_options(options: dict[str, str]) -> None:
+    check_scheduler(lambda: api.build_scheduler("netsens", options))
+
+
 def test_registries_hold_the_built_in_plug_ins() -> None:
-    assert {"fifo", "sjf", "srtf", "tiresias", "consolidate"} <= set(SCHEDULERS.names())
+    assert {"fifo", "sjf", "srtf", "tiresias", "consolidate", "netsens"} <= set(SCHEDULERS.names())
     assert {"best-fit", "first-fit", "random"} <= set(PLACEMENTS.names())
 
 

@@ -139,7 +139,7 @@ def _write(spec: api.RunSpec, out: Path) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS.names())
-@pytest.mark.parametrize("scheduler", ["fifo", "tiresias"])
+@pytest.mark.parametrize("scheduler", ["fifo", "tiresias", "netsens"])
 def test_same_spec_gives_byte_identical_results(
     tmp_path: Path, scheduler: str, placement: str
 ) -> None:

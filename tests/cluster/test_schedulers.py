@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pyarrow.parquet as pq
 import pytest
 
 from recperf.cluster import api
+from recperf.cluster.base import Decision, SchedulerView
 from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.metrics import summarize
@@ -124,3 +126,39 @@ def test_restore_cost_raises_total_run_time_for_the_same_preemptions() -> None:
     free, costly = run(0.0), run(100.0)
     assert free["preemptions"] == costly["preemptions"] == 1
     assert costly["run_s"] == pytest.approx(free["run_s"] + 100.0)
+
+
+class _Counted:
+    """SRTF that refuses to be consulted more than ``limit`` times (a livelock guard)."""
+
+    name: ClassVar[str] = "srtf"
+    preemptive: ClassVar[bool] = True
+
+    def __init__(self, limit: int) -> None:
+        self.inner = api.build_scheduler("srtf")
+        self.calls, self.limit = 0, limit
+
+    def reset(self, jobs: JobTable, cluster: Cluster) -> None:
+        self.inner.reset(jobs, cluster)
+
+    def schedule(self, view: SchedulerView) -> Decision:
+        self.calls += 1
+        assert self.calls <= self.limit, "the engine keeps deciding at one instant"
+        return self.inner.schedule(view)
+
+
+def test_a_round_that_preempts_keeps_the_freed_gpus_for_the_admitted_job() -> None:
+    # Two 1-GPU machines. R and Y run; X waits; when Y finishes at t = 10, W (2 GPUs, the
+    # shortest) arrives and preempts R. X must not take Y's free GPU meanwhile: with free
+    # checkpoints that made X and R take turns on it, preempting each other, forever at t = 10.
+    jobs = JobTable.build(
+        name=["R", "Y", "X", "W"], model=["m"] * 4, arrival_s=[0, 0, 5, 10], gpus=[1, 1, 1, 2],
+        total_iters=[500, 10, 1000, 100], compute_s=[1.0] * 4, grad_bytes=[0.0] * 4,
+    )  # fmt: skip
+    two = Cluster(racks=1, machines_per_rack=2, gpus_per_machine=1)
+    sched = _Counted(limit=20)
+    engine = EngineConfig(checkpoint_s=0.0, restore_s=0.0, round_s=0.0)
+    res = Simulator(jobs, two, sched, BestFit(), engine).run()
+    assert res.preemptions.tolist() == [1, 0, 0, 0]
+    assert res.first_start_s.tolist() == pytest.approx([0.0, 0.0, 110.0, 10.0], abs=0.01)
+    assert res.finish_s.tolist() == pytest.approx([600.0, 10.0, 1110.0, 110.0], abs=0.01)

@@ -277,7 +277,7 @@ def test_cli_sweep_json(tmp_path: Path) -> None:
     [
         ("--schedulers", "fifo,tiresais", "'tiresais'"),
         ("--seeds", "0-x", "--seeds"),
-        ("--opt", "netsens.timers=auto", "'netsens.timers=auto'"),
+        ("--opt", "gavel.timers=auto", "'gavel.timers=auto'"),
         ("--backend", "spark", "'spark'"),
     ],
 )
