@@ -76,6 +76,32 @@ def test_compare_runs_each_scheduler(tmp_path: Path) -> None:
         assert on_disk == r
 
 
+def test_netsens_flags_reach_the_run(tmp_path: Path) -> None:
+    code, out, _ = run(
+        "cluster", "simulate", "--trace", "helios-500", "--scheduler", "netsens",
+        "--timers", "600,3600", "--congestion", "4", "--out", str(tmp_path), "--json",
+    )  # fmt: skip
+    assert code == 0
+    summary = json.loads(out)
+    assert summary["congestion"] == 4.0 and summary["scheduler"] == "netsens"
+    assert 0.0 <= summary["locality_wait_share"] <= 1.0
+    jobs = pq.read_table(tmp_path / "jobs.parquet").to_pydict()
+    waits = jobs["locality_wait_s"]
+    assert min(waits) >= 0.0
+    held = sum(w > 0 for w in waits) / len(waits)
+    assert held == pytest.approx(summary["locality_wait_share"])
+
+
+def test_compare_gives_timers_to_netsens_only(tmp_path: Path) -> None:
+    code, _, _ = run(
+        "cluster", "compare", "--trace", "tiresias-60", "--schedulers", "fifo,netsens",
+        "--timers", "0,0", "--out", str(tmp_path),
+    )  # fmt: skip
+    assert code == 0
+    runs = json.loads((tmp_path / "compare.json").read_text())["runs"]
+    assert [r["scheduler"] for r in runs] == ["fifo", "netsens"]
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -88,6 +114,12 @@ def test_compare_runs_each_scheduler(tmp_path: Path) -> None:
         (["--trace", "tiresias-60", "--scheduler", "tiresias", "--opt", "promote_factor=x"],
          "promote_factor"),
         (["--trace", "tiresias-60", "--scheduler", "fifo", "--opt", "speed=9"], "unknown key"),
+        (["--trace", "tiresias-60", "--scheduler", "fifo", "--timers", "auto"],
+         "--timers only applies"),
+        (["--trace", "tiresias-60", "--scheduler", "netsens", "--timers", "9,3"], "'9,3'"),
+        (["--trace", "tiresias-60", "--scheduler", "netsens", "--congestion", "0.5"],
+         "congestion"),
+        (["--trace", "tiresias-60", "--scheduler", "fifo", "--jitter-s", "-1"], "jitter_s"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, args: list[str], needle: str) -> None:
