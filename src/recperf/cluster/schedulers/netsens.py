@@ -165,6 +165,8 @@ class TimerTuner:
         self.cfg = cfg
         self._waits: dict[tuple[int, int], deque[float]] = {}
         self._cache: dict[int, tuple[float, float]] = {}
+        self.version = 0
+        """Bumped by every recorded wait (timers may have changed)."""
 
     def record(self, cls: int, level: int, wait_s: float) -> None:
         """A job of class ``cls`` started at ``level`` after a locality wait of ``wait_s``.
@@ -177,6 +179,7 @@ class TimerTuner:
         if key not in self._waits:
             self._waits[key] = deque(maxlen=self.cfg.auto_window)
         self._waits[key].append(wait_s)
+        self.version += 1
         self._cache.clear()  # classes without enough waits of their own use the pooled ones
 
     def _stat(self, cls: int, level: int, initial: float) -> float:
@@ -234,6 +237,9 @@ class NetSens:
         self._sens = None
         self._min_level = cluster.min_levels(jobs.gpus).astype(np.int64)
         self._class = np.asarray([demand_class(g) for g in jobs.gpus.tolist()], dtype=np.int64)
+        self._n_classes = int(self._class.max(initial=0)) + 1
+        self._table = np.zeros((self._n_classes, 2))
+        self._table_version = -1
         self._base = np.zeros(n)
         self._held_since = np.full(n, np.nan)
         self._was_running = np.zeros(n, dtype=np.bool_)
@@ -246,10 +252,12 @@ class NetSens:
         if self._fixed is not None:
             r, n = self._fixed
             return np.full(classes.size, r), np.full(classes.size, n)
-        table = {int(c): self.tuner.timers(int(c)) for c in np.unique(classes).tolist()}
-        rack = np.asarray([table[int(c)][0] for c in classes.tolist()], dtype=np.float64)
-        net = np.asarray([table[int(c)][1] for c in classes.tolist()], dtype=np.float64)
-        return rack, net
+        if self._table_version != self.tuner.version:
+            self._table = np.asarray(
+                [self.tuner.timers(c) for c in range(self._n_classes)], dtype=np.float64
+            ).reshape(self._n_classes, 2)
+            self._table_version = self.tuner.version
+        return self._table[classes, 0], self._table[classes, 1]
 
     def job_timers(self, ids: I64) -> tuple[F64, F64]:
         """Per-job (rack, network) timers: the class timers scaled by sensitivity."""
@@ -294,13 +302,18 @@ class NetSens:
         if self._sens is None:
             self._sens = Sensitivity.of(view.jobs, view.cluster, view.comm)
         self._observe(view, running)
-        gpus = view.jobs.gpus[ids]
-        attained = view.attained_gpu_s
-        executed = attained / gpus
-        waiting = ~running
-        waited = now - view.waiting_since
         las = cfg.order == "las"
+        waiting = ~running
+        wpos = np.flatnonzero(waiting)  # most decisions concern a few waiting jobs only
+        wids = ids[wpos]
+        waited_w = now - view.progress.waiting_since[wids]
+        needs_service = las or view.may_preempt
+        if needs_service:
+            attained = view.attained_gpu_s
+            executed = attained / view.jobs.gpus[ids]
         if las:
+            waited = np.full(ids.size, np.nan)
+            waited[wpos] = waited_w
             promote_at = np.maximum(cfg.promote_factor * executed, cfg.lease_s)
             if cfg.promote_factor > 0:
                 starving = waiting & (executed > 0) & (waited >= promote_at)
@@ -312,20 +325,23 @@ class NetSens:
         running_since = view.running_since
         leased = running & (now - running_since < cfg.lease_s)
 
-        level = self._min_level[ids].copy()
-        t_rack, t_net = self.job_timers(ids)
-        with np.errstate(invalid="ignore"):
-            level[waiting & (level == _MACHINE) & (waited >= t_rack)] = _RACK
-            level[waiting & (level <= _RACK) & (waited >= t_net)] = _CLUSTER
-        moving = waiting & self._moving[ids]
-        level[moving] = self._min_level[ids[moving]]
+        # Levels of waiting jobs: delay timers, then the moves in progress.
+        level_w = self._min_level[wids].copy()
+        t_rack, t_net = self.job_timers(wids)
+        level_w[(level_w == _MACHINE) & (waited_w >= t_rack)] = _RACK
+        level_w[(level_w <= _RACK) & (waited_w >= t_net)] = _CLUSTER
+        moving_w = self._moving[wids]
+        level_w[moving_w] = self._min_level[wids[moving_w]]
         # Displaced jobs were chosen as insensitive: they restart at once wherever GPUs are.
-        level[waiting & self._displaced[ids]] = _CLUSTER
+        displaced_w = self._displaced[wids]
+        level_w[displaced_w] = _CLUSTER
+        level = self._min_level[ids].copy()
+        level[wpos] = level_w
 
         key = queue.copy()
         key[leased] = -1
-        key[waiting & self._displaced[ids]] = -2
-        key[moving] = -3
+        key[wpos[displaced_w]] = -2
+        key[wpos[moving_w]] = -3
         prio = np.lexsort((ids, key))  # positions into ids, best first
 
         stop = np.zeros(ids.size, dtype=np.bool_)
@@ -347,23 +363,24 @@ class NetSens:
 
         times = [float(np.min(running_since[leased], initial=np.inf)) + cfg.lease_s - now]
         if las:
+            gpus = view.jobs.gpus[ids]
             times.append(self._demotion_in(running & ~leased, queue, service, gpus))
             starve = waiting & (queue > 0)
             if cfg.promote_factor > 0 and starve.any():
                 times.append(float(np.min(promote_at[starve] - waited[starve])))
-        if cfg.reclaim:
+        if cfg.reclaim and wids.size:
             # A held job may reclaim once held for reclaim_after_s: be called then, not only at
             # the next arrival or finish (which may come after its timers let it spread).
-            held_for = now - self._held_since[ids]
+            held_for = now - self._held_since[wids]
             with np.errstate(invalid="ignore"):
-                due = waiting & (held_for < cfg.reclaim_after_s)
+                due = held_for < cfg.reclaim_after_s
             if due.any():
                 times.append(float(np.min(cfg.reclaim_after_s - held_for[due])))
-        fits = waiting & (gpus <= view.free_gpus)
+        fits = view.jobs.gpus[wids] <= view.free_gpus
         for timer, lv in ((t_rack, _MACHINE), (t_net, _RACK)):
-            pending = fits & (level == lv) & (waited < timer)
+            pending = fits & (level_w == lv) & (waited_w < timer)
             if pending.any():
-                times.append(float(np.min(timer[pending] - waited[pending])))
+                times.append(float(np.min(timer[pending] - waited_w[pending])))
         soonest = min(times)
         wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
         return Decision(order=order, max_level=max_level, wake_at=wake)
@@ -512,10 +529,10 @@ class NetSens:
         p = view.progress
         loss_now = p.iter_s[ids] / p.ref_iter_s[ids] - 1.0
         tight = self._min_level[ids]
-        cur = np.asarray(
-            [int(a.level) if (a := view.alloc[j]) is not None else -1 for j in ids.tolist()]
-        )
-        cand = expired & ~stop & (cur > tight) & (loss_now >= cfg.migrate_min_loss)
+        cand = expired & ~stop & (loss_now >= cfg.migrate_min_loss)
+        for k in np.flatnonzero(cand).tolist():
+            alloc = view.alloc[int(ids[k])]
+            cand[k] = alloc is not None and int(alloc.level) > int(tight[k])
         if not cand.any():
             return False
         gpus = view.jobs.gpus[ids]
