@@ -303,6 +303,8 @@ class NetSens:
             self._sens = Sensitivity.of(view.jobs, view.cluster, view.comm)
         self._observe(view, running)
         las = cfg.order == "las"
+        if not las and not view.may_preempt:
+            return self._fill(view)
         waiting = ~running
         wpos = np.flatnonzero(waiting)  # most decisions concern a few waiting jobs only
         wids = ids[wpos]
@@ -368,22 +370,63 @@ class NetSens:
             starve = waiting & (queue > 0)
             if cfg.promote_factor > 0 and starve.any():
                 times.append(float(np.min(promote_at[starve] - waited[starve])))
+        times += self._wait_timers(view, wids, waited_w, level_w, t_rack, t_net)
+        soonest = min(times)
+        wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
+        return Decision(order=order, max_level=max_level, wake_at=wake)
+
+    def _fill(self, view: SchedulerView) -> Decision:
+        """A decision that only starts waiting jobs (arrival order, no preemption): the same
+        order, levels and wake-ups as ``schedule`` computes, over the waiting jobs alone."""
+        cfg, ids, now = self.config, view.active, view.now
+        wids = ids[~view.running]
+        waited = now - view.progress.waiting_since[wids]
+        level = self._min_level[wids].copy()
+        t_rack, t_net = self.job_timers(wids)
+        level[(level == _MACHINE) & (waited >= t_rack)] = _RACK
+        level[(level <= _RACK) & (waited >= t_net)] = _CLUSTER
+        moving = self._moving[wids]
+        displaced = self._displaced[wids]
+        level[moving] = self._min_level[wids[moving]]
+        level[displaced] = _CLUSTER
+        key = np.zeros(wids.size, dtype=np.int64)
+        key[displaced] = -2
+        key[moving] = -3
+        prio = np.lexsort((wids, key))
+        started = view.progress.run_started[ids[view.running]]
+        lease_ends = started + cfg.lease_s - now
+        lease_ends = lease_ends[lease_ends > 0]
+        times = [float(lease_ends.min())] if lease_ends.size else []
+        times += self._wait_timers(view, wids, waited, level, t_rack, t_net)
+        soonest = min(times, default=float("inf"))
+        wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
+        return Decision(order=wids[prio], max_level=level[prio].astype(np.int8), wake_at=wake)
+
+    def _wait_timers(
+        self,
+        view: SchedulerView,
+        wids: I64,
+        waited: F64,
+        level: I64,
+        t_rack: F64,
+        t_net: F64,
+    ) -> list[float]:
+        """Seconds until a waiting job may reclaim or its next delay timer expires."""
+        cfg, times = self.config, []
         if cfg.reclaim and wids.size:
             # A held job may reclaim once held for reclaim_after_s: be called then, not only at
             # the next arrival or finish (which may come after its timers let it spread).
-            held_for = now - self._held_since[wids]
+            held_for = view.now - self._held_since[wids]
             with np.errstate(invalid="ignore"):
                 due = held_for < cfg.reclaim_after_s
             if due.any():
                 times.append(float(np.min(cfg.reclaim_after_s - held_for[due])))
         fits = view.jobs.gpus[wids] <= view.free_gpus
         for timer, lv in ((t_rack, _MACHINE), (t_net, _RACK)):
-            pending = fits & (level_w == lv) & (waited_w < timer)
+            pending = fits & (level == lv) & (waited < timer)
             if pending.any():
-                times.append(float(np.min(timer[pending] - waited_w[pending])))
-        soonest = min(times)
-        wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
-        return Decision(order=order, max_level=max_level, wake_at=wake)
+                times.append(float(np.min(timer[pending] - waited[pending])))
+        return times
 
     def _demotion_in(self, mask: BoolArr, queue: I64, service: F64, gpus: I64) -> float:
         mask = mask & (queue < self._thr.size)
