@@ -246,6 +246,7 @@ class NetSens:
         self._moving = np.zeros(n, dtype=np.bool_)
         self._displaced = np.zeros(n, dtype=np.bool_)
         self.moves = {"migrate": 0, "reclaim": 0, "las": 0}
+        self._spread: set[int] = set()  # running (or checkpointing) wider than they could be
 
     # ------------------------------------------------------------------ timers
     def _class_timers(self, classes: I64) -> tuple[F64, F64]:
@@ -283,6 +284,8 @@ class NetSens:
                 alloc = view.alloc[j]
                 if alloc is not None and self._min_level[j] <= int(alloc.level):
                     self.tuner.record(int(self._class[j]), int(alloc.level), w)
+                if alloc is not None and int(alloc.level) > self._min_level[j]:
+                    self._spread.add(j)
             self._held_since[started] = np.nan
             self._moving[started] = False
             self._displaced[started] = False
@@ -303,7 +306,7 @@ class NetSens:
             self._sens = Sensitivity.of(view.jobs, view.cluster, view.comm)
         self._observe(view, running)
         las = cfg.order == "las"
-        if not las and not view.may_preempt:
+        if not las and not (view.may_preempt and self._may_move(view)):
             return self._fill(view)
         waiting = ~running
         wpos = np.flatnonzero(waiting)  # most decisions concern a few waiting jobs only
@@ -375,9 +378,23 @@ class NetSens:
         wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
         return Decision(order=order, max_level=max_level, wake_at=wake)
 
+    def _may_move(self, view: SchedulerView) -> bool:
+        """Whether a reclaim or a migration could be planned now: a running job placed wider
+        than its tightest level, or a job held back for locality long enough to reclaim."""
+        self._spread = {j for j in self._spread if view.alloc[j] is not None}
+        if self.config.migrate and self._spread:
+            return True
+        if not self.config.reclaim:
+            return False
+        wids = view.active[~view.running]
+        with np.errstate(invalid="ignore"):
+            due = view.now - self._held_since[wids] >= self.config.reclaim_after_s
+        return bool(due.any())
+
     def _fill(self, view: SchedulerView) -> Decision:
-        """A decision that only starts waiting jobs (arrival order, no preemption): the same
-        order, levels and wake-ups as ``schedule`` computes, over the waiting jobs alone."""
+        """A decision that moves no job (arrival order): the same order, levels and wake-ups
+        as ``schedule`` computes, over the waiting jobs alone; running jobs lead the order so
+        that a preemption round keeps them all."""
         cfg, ids, now = self.config, view.active, view.now
         wids = ids[~view.running]
         waited = now - view.progress.waiting_since[wids]
@@ -400,7 +417,12 @@ class NetSens:
         times += self._wait_timers(view, wids, waited, level, t_rack, t_net)
         soonest = min(times, default=float("inf"))
         wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
-        return Decision(order=wids[prio], max_level=level[prio].astype(np.int8), wake_at=wake)
+        order, max_level = wids[prio], level[prio].astype(np.int8)
+        if view.may_preempt:
+            rids = ids[view.running]
+            order = np.concatenate([rids, order])
+            max_level = np.concatenate([self._min_level[rids].astype(np.int8), max_level])
+        return Decision(order=order, max_level=max_level, wake_at=wake)
 
     def _wait_timers(
         self,
