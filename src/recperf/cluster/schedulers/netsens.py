@@ -311,7 +311,7 @@ class NetSens:
         waiting = ~running
         wpos = np.flatnonzero(waiting)  # most decisions concern a few waiting jobs only
         wids = ids[wpos]
-        waited_w = now - view.progress.waiting_since[wids]
+        waited_w, level_w, t_rack, t_net, moving_w, displaced_w = self._waiting_levels(view, wids)
         needs_service = las or view.may_preempt
         if needs_service:
             attained = view.attained_gpu_s
@@ -330,16 +330,6 @@ class NetSens:
         running_since = view.running_since
         leased = running & (now - running_since < cfg.lease_s)
 
-        # Levels of waiting jobs: delay timers, then the moves in progress.
-        level_w = self._min_level[wids].copy()
-        t_rack, t_net = self.job_timers(wids)
-        level_w[(level_w == _MACHINE) & (waited_w >= t_rack)] = _RACK
-        level_w[(level_w <= _RACK) & (waited_w >= t_net)] = _CLUSTER
-        moving_w = self._moving[wids]
-        level_w[moving_w] = self._min_level[wids[moving_w]]
-        # Displaced jobs were chosen as insensitive: they restart at once wherever GPUs are.
-        displaced_w = self._displaced[wids]
-        level_w[displaced_w] = _CLUSTER
         level = self._min_level[ids].copy()
         level[wpos] = level_w
 
@@ -378,6 +368,23 @@ class NetSens:
         wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
         return Decision(order=order, max_level=max_level, wake_at=wake)
 
+    def _waiting_levels(
+        self, view: SchedulerView, wids: I64
+    ) -> tuple[F64, I64, F64, F64, BoolArr, BoolArr]:
+        """For waiting jobs ``wids``: time waited, the widest level each may use now (delay
+        timers, then moves in progress), the timers, and which are moving / displaced."""
+        waited: F64 = view.now - view.progress.waiting_since[wids]
+        level = self._min_level[wids].copy()
+        t_rack, t_net = self.job_timers(wids)
+        level[(level == _MACHINE) & (waited >= t_rack)] = _RACK
+        level[(level <= _RACK) & (waited >= t_net)] = _CLUSTER
+        moving = self._moving[wids]
+        level[moving] = self._min_level[wids[moving]]
+        # Displaced jobs were chosen as insensitive: they restart at once wherever GPUs are.
+        displaced = self._displaced[wids]
+        level[displaced] = _CLUSTER
+        return waited, level, t_rack, t_net, moving, displaced
+
     def _may_move(self, view: SchedulerView) -> bool:
         """Whether a reclaim or a migration could be planned now: a running job placed wider
         than its tightest level, or a job held back for locality long enough to reclaim."""
@@ -397,15 +404,7 @@ class NetSens:
         that a preemption round keeps them all."""
         cfg, ids, now = self.config, view.active, view.now
         wids = ids[~view.running]
-        waited = now - view.progress.waiting_since[wids]
-        level = self._min_level[wids].copy()
-        t_rack, t_net = self.job_timers(wids)
-        level[(level == _MACHINE) & (waited >= t_rack)] = _RACK
-        level[(level <= _RACK) & (waited >= t_net)] = _CLUSTER
-        moving = self._moving[wids]
-        displaced = self._displaced[wids]
-        level[moving] = self._min_level[wids[moving]]
-        level[displaced] = _CLUSTER
+        waited, level, t_rack, t_net, moving, displaced = self._waiting_levels(view, wids)
         key = np.zeros(wids.size, dtype=np.int64)
         key[displaced] = -2
         key[moving] = -3
@@ -469,8 +468,7 @@ class NetSens:
     ) -> bool:
         """Mark in ``stop`` the running jobs (positions into view.active) to preempt; True if
         a network-sensitive move (reclaim or migration) was planned."""
-        ids, running = view.active, view.running
-        expired = running & ~leased
+        expired = view.running & ~leased
         if not expired.any():
             return False
         free = view.free.copy()
@@ -481,7 +479,6 @@ class NetSens:
             moved |= self._plan_reclaims(view, prio, expired, stop, free, executed)
         if self.config.migrate:
             moved |= self._plan_migrations(view, expired, stop, free, executed)
-        del ids
         return moved
 
     def _plan_las(
