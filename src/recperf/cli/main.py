@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from recperf import __version__
-from recperf.cli import cluster
+from recperf.cli import cluster, ingest
 from recperf.cli.common import err_console, one_line_errors
 from recperf.core.progress import progress_bar
 
@@ -17,6 +17,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(ingest.app, name="ingest")
 
 
 @app.command("report")

@@ -1,0 +1,1 @@
+"""DLRM training-data ingestion: Criteo-format data generation and streaming readers."""
