@@ -53,6 +53,7 @@ import numpy as np
 
 from recperf.cluster.base import F64, I64, SCHEDULERS, BoolArr, Decision, SchedulerView
 from recperf.cluster.jobs import JobTable
+from recperf.cluster.schedulers.tiresias import demotion_in
 from recperf.cluster.sensitivity import Sensitivity
 from recperf.cluster.topology import Cluster, Level
 from recperf.core.config import check_range
@@ -359,7 +360,7 @@ class NetSens:
         times = [float(np.min(running_since[leased], initial=np.inf)) + cfg.lease_s - now]
         if las:
             gpus = view.jobs.gpus[ids]
-            times.append(self._demotion_in(running & ~leased, queue, service, gpus))
+            times.append(demotion_in(self._thr, running & ~leased, queue, service, gpus))
             starve = waiting & (queue > 0)
             if cfg.promote_factor > 0 and starve.any():
                 times.append(float(np.min(promote_at[starve] - waited[starve])))
@@ -448,12 +449,6 @@ class NetSens:
             if pending.any():
                 times.append(float(np.min(timer[pending] - waited[pending])))
         return times
-
-    def _demotion_in(self, mask: BoolArr, queue: I64, service: F64, gpus: I64) -> float:
-        mask = mask & (queue < self._thr.size)
-        if not mask.any():
-            return float("inf")
-        return float(np.min((self._thr[queue[mask]] - service[mask]) / gpus[mask]))
 
     # ------------------------------------------------------------------ preemption
     def _plan(

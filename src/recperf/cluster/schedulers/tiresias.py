@@ -78,7 +78,7 @@ class Tiresias:
         order = ids[np.lexsort((ids, queue))]
         times = [
             float(np.min(running_since[leased], initial=np.inf)) + cfg.min_run_s - now,
-            self._demotion_in(running & ~leased, queue, service, gpus),
+            demotion_in(self._thr, running & ~leased, queue, service, gpus),
         ]
         starve = ~running & (queue > 0)
         if cfg.promote_factor > 0 and starve.any():
@@ -87,9 +87,10 @@ class Tiresias:
         wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
         return Decision(order=order, wake_at=wake)
 
-    def _demotion_in(self, mask: BoolArr, queue: I64, service: F64, gpus: I64) -> float:
-        """Seconds until the first running job in ``mask`` crosses its queue's threshold."""
-        mask = mask & (queue < self._thr.size)
-        if not mask.any():
-            return float("inf")
-        return float(np.min((self._thr[queue[mask]] - service[mask]) / gpus[mask]))
+
+def demotion_in(thresholds: F64, mask: BoolArr, queue: I64, service: F64, gpus: I64) -> float:
+    """Seconds until the first running job in ``mask`` crosses its queue's threshold."""
+    mask = mask & (queue < thresholds.size)
+    if not mask.any():
+        return float("inf")
+    return float(np.min((thresholds[queue[mask]] - service[mask]) / gpus[mask]))
