@@ -53,6 +53,7 @@ import numpy as np
 
 from recperf.cluster.base import F64, I64, SCHEDULERS, BoolArr, Decision, SchedulerView
 from recperf.cluster.jobs import JobTable
+from recperf.cluster.placement import BestFit
 from recperf.cluster.schedulers.tiresias import demotion_in
 from recperf.cluster.sensitivity import Sensitivity
 from recperf.cluster.topology import Cluster, Level
@@ -61,6 +62,8 @@ from recperf.core.errors import ConfigError
 
 _MACHINE, _RACK, _CLUSTER = int(Level.MACHINE), int(Level.RACK), int(Level.CLUSTER)
 _MAX_PLANNED = 256  # waiting jobs examined per preemption round
+_PLANNER = BestFit()  # how the planner expects the engine to place (the default policy)
+_NO_RNG = np.random.default_rng(0)  # best-fit draws nothing
 
 
 def parse_timers(text: str) -> tuple[float, float] | None:
@@ -707,31 +710,10 @@ def _fits(free: I64, c: Cluster, d: int, lv: int) -> bool:
 
 
 def _take(free: I64, c: Cluster, d: int, lv: int) -> bool:
-    """Plan a ``d``-GPU job at level ``lv`` on ``free`` (best fit); False if it does not fit."""
-    if d <= c.gpus_per_machine:
-        fits = np.flatnonzero(free >= d)
-        if fits.size:
-            free[int(fits[np.argmin(free[fits])])] -= d
-            return True
-    if lv <= _MACHINE:
+    """Plan a ``d``-GPU job at level ``lv`` on ``free`` with the best-fit policy; False if it
+    does not fit."""
+    alloc = _PLANNER.place(d, free, c, Level(lv), _NO_RNG)
+    if alloc is None:
         return False
-    mpr = c.machines_per_rack
-    rack_free = c.rack_free(free)
-    fits = np.flatnonzero(rack_free >= d)
-    if fits.size:
-        r = int(fits[np.argmin(rack_free[fits])])
-        _drain(free, np.arange(r * mpr, (r + 1) * mpr), d)
-        return True
-    if lv <= _RACK or int(free.sum()) < d:
-        return False
-    _drain(free, np.argsort(-free, kind="stable"), d)
+    free[list(alloc.machines)] -= np.asarray(alloc.counts, dtype=np.int64)
     return True
-
-
-def _drain(free: I64, machines: I64, d: int) -> None:
-    for m in machines.tolist():
-        take = min(int(free[m]), d)
-        free[m] -= take
-        d -= take
-        if d == 0:
-            return
