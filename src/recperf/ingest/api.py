@@ -1,0 +1,173 @@
+"""Library entry points behind ``recperf ingest run`` and ``recperf ingest tune``: run the live
+pipeline for a while and summarise it, or tune its allocation and write the result."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import recperf.ingest.tuners  # noqa: F401 - registers every tuner
+from recperf.core.errors import ConfigError
+from recperf.core.results import write_json
+from recperf.ingest.batch import PipelineConfig
+from recperf.ingest.executor import Pipeline
+from recperf.ingest.live import (
+    LiveTarget,
+    calibrate,
+    read_allocation,
+    spec_toml,
+    window_measurement,
+    write_allocation,
+)
+from recperf.ingest.sim import Allocation, lp_bound
+from recperf.ingest.tuners.base import TUNERS, Measurement, check_tuner
+
+Progress = Callable[[float], None]
+
+
+def stage_table(names: tuple[str, ...], m: Measurement) -> list[dict[str, Any]]:
+    """Per-stage metrics of a measurement as JSON-ready rows."""
+    return [
+        {
+            "stage": n,
+            "workers": m.allocation.workers[i],
+            "rows_per_s": m.stage_rows_per_s[i],
+            "busy_frac": m.busy_frac[i],
+            "queue_fill": m.queue_fill[i],
+            "cpu_s": m.cpu_s[i],
+            "cost_us_per_row": None if math.isnan(m.cost_us_per_row[i]) else m.cost_us_per_row[i],
+        }
+        for i, n in enumerate(names)
+    ]
+
+
+def resolve_allocation(alloc: str | Path, pipeline_stages: tuple[str, ...]) -> Allocation | str:
+    """``even`` or an allocation TOML file."""
+    if str(alloc) == "even":
+        return "even"
+    path = Path(alloc)
+    if not path.is_file():
+        raise ConfigError(f"--alloc {alloc}: expected 'even' or an allocation TOML file")
+    return read_allocation(path, pipeline_stages)
+
+
+def run(
+    data: str | Path,
+    alloc: str | Path,
+    config: PipelineConfig,
+    seconds: float,
+    *,
+    warmup_s: float = 1.0,
+    cores: int | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Consume the pipeline for ``warmup_s`` then ``seconds``; throughput and per-stage metrics
+    over the timed part (the pipeline repeats epochs so the window is never cut short)."""
+    if seconds <= 0:
+        raise ConfigError(f"seconds = {seconds}: expected > 0")
+    cfg = _repeating(config)
+    allocation = resolve_allocation(alloc, cfg.stage_names())
+    with Pipeline(data, cfg, allocation=allocation, cores=cores) as p:
+        it = iter(p)
+        t_end = time.monotonic() + warmup_s
+        while time.monotonic() < t_end:
+            next(it)
+        a = p.snapshot()
+        t0 = time.monotonic()
+        while (now := time.monotonic()) - t0 < seconds:
+            next(it)
+            if progress is not None:
+                progress(min(1.0, (now - t0) / seconds))
+        b = p.snapshot()
+        m = window_measurement(a, b, p.allocation)
+        return {
+            "data": str(data),
+            "stages": list(p.stage_names),
+            "allocation": dict(zip(p.stage_names, p.allocation.workers, strict=True)),
+            "cores": p.cores,
+            "batch_size": cfg.batch_size,
+            "throughput_rows_per_s": m.throughput_rows_per_s,
+            "batches_per_s": (b.batches_out - a.batches_out) / m.window_s,
+            "rows": b.rows_out - a.rows_out,
+            "seconds": m.window_s,
+            "peak_memory_bytes": b.peak_memory_bytes,
+            "memory_budget_bytes": p.memory_budget_bytes,
+            "restarts": sum(s.restarts for s in b.stages),
+            "per_stage": stage_table(p.stage_names, m),
+        }
+
+
+def _repeating(config: PipelineConfig) -> PipelineConfig:
+    return replace(config, epochs=None)
+
+
+def tune(
+    data: str | Path,
+    tuner: str,
+    budget_s: float,
+    config: PipelineConfig,
+    out: Path,
+    *,
+    seed: int = 0,
+    settle_s: float = 0.5,
+    warmup_s: float = 2.0,
+    final_s: float = 4.0,
+    cores: int | None = None,
+    on_measure: Callable[[Measurement], None] | None = None,
+) -> dict[str, Any]:
+    """Tune the live pipeline's allocation with ``tuner`` within ``budget_s``, measure the
+    choice for ``final_s``, and write ``allocation.toml``, ``calibrated.toml`` (a simulator
+    spec from the measured stage costs) and ``summary.json`` under ``out``."""
+    if budget_s <= 0:
+        raise ConfigError(f"budget_s = {budget_s}: expected > 0")
+    impl = TUNERS.create(tuner)
+    cfg = _repeating(config)
+    with Pipeline(data, cfg, cores=cores) as p:
+        target = LiveTarget(p, settle_s=settle_s, warmup_s=warmup_s)
+        target.on_measure = on_measure
+        result = check_tuner(impl, target, budget_s, seed)
+        tuning_s = target.elapsed_s()
+        final = target.measure(result.allocation, final_s)
+        spec = calibrate(target, name=f"calibrated-{Path(data).name}")
+        bound = lp_bound(spec)
+        names = p.stage_names
+        summary = {
+            "tuner": tuner,
+            "data": str(data),
+            "seed": seed,
+            "cores": p.cores,
+            "stages": list(names),
+            "allocation": dict(zip(names, result.allocation.workers, strict=True)),
+            "throughput_rows_per_s": final.throughput_rows_per_s,
+            "bound_rows_per_s": bound.throughput_rows_per_s,
+            "bound_binding": bound.binding,
+            "fraction_of_bound": final.throughput_rows_per_s / bound.throughput_rows_per_s,
+            "tuning_s": tuning_s,
+            "budget_s": budget_s,
+            "tuning_steps": result.steps,
+            "refused": result.refused,
+            "peak_memory_bytes": target.peak_memory_bytes,
+            "memory_budget_bytes": p.memory_budget_bytes,
+            "stage_cost_us_per_row": dict(
+                zip(names, (s.cost_us_per_row for s in spec.stages), strict=True)
+            ),
+            "per_stage": stage_table(names, final),
+            "history": [
+                {
+                    "elapsed_s": s.elapsed_s,
+                    "allocation": list(s.allocation.workers),
+                    "throughput_rows_per_s": s.throughput_rows_per_s,
+                }
+                for s in result.history
+            ],
+        }
+    out.mkdir(parents=True, exist_ok=True)
+    note = f"recperf ingest tune --tuner {tuner} --budget-s {budget_s:g} on {data}"
+    write_allocation(out / "allocation.toml", names, result.allocation, note)
+    (out / "calibrated.toml").write_text(spec_toml(spec))
+    write_json(out / "summary.json", summary)
+    return summary

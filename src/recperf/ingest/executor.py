@@ -1,0 +1,565 @@
+"""The live ingestion pipeline: a pool of worker processes per stage, fed by one coordinator
+thread over per-worker pipes, with bounded buffers of shared-memory items between stages.
+
+Exactly-once: every task (a run of splits for ``read``, one item, or a shuffle window) has an
+attempt number; its inputs stay until a worker of the current attempt reports its outputs, so a
+worker that dies (or is killed) mid-task only costs a redo, and the outputs of a stale attempt
+are deleted unread. Resizing starts workers or lets surplus ones finish their task and exit.
+Items leave in sequence order, so a seed fixes every batch whatever the allocation or crashes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import multiprocessing as mp
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from recperf.core.errors import ConfigError, RecperfError, TraceFormatError
+from recperf.ingest import stages as st
+from recperf.ingest.batch import Batch, PipelineConfig, Snapshot, StageCounters
+from recperf.ingest.executor_plan import Plan, ReadTask
+from recperf.ingest.sim import Allocation
+from recperf.ingest.tuners.base import AllocationRefused
+from recperf.ingest.workers import StageWork, TaskMsg, worker_main
+
+MIB = 2**20
+_RUN_IDS = itertools.count()
+
+
+@dataclass(slots=True, eq=False)
+class _Task:
+    stage: int
+    task_id: int
+    seqs: tuple[int, ...]
+    inputs: tuple[Any, ...]
+    attempt: int = 0
+    window: int = 0
+    group: tuple[str, int] | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Worker:
+    stage: int
+    proc: Any
+    conn: Connection
+    task: _Task | None = None
+    retiring: bool = False
+    group: tuple[str, int] | None = None
+
+
+@dataclass(slots=True)
+class _Stats:
+    rows: int = 0
+    cpu_s: float = 0.0
+    busy_s: float = 0.0
+    worker_s: float = 0.0
+    queue_fill_s: float = 0.0
+    restarts: int = 0
+
+
+def _pss_mib(pid: int) -> float:
+    """Proportional set size of a process (shared pages split among sharers), MiB."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class Pipeline:
+    """Criteo rows in ``data`` (a file or directory of Parquet / TSV shards) through read,
+    dense, sparse, [downsample], [shuffle] and collate stages; iterate it for ``Batch``es."""
+
+    def __init__(
+        self,
+        data: str | Path,
+        config: PipelineConfig | None = None,
+        allocation: Allocation | Sequence[int] | str = "even",
+        cores: int | None = None,
+    ) -> None:
+        self.config = config or PipelineConfig()
+        self.stage_names = self.config.stage_names()
+        self.cores = cores or os.cpu_count() or 1
+        self.plan = Plan(data, self.config)
+        self._caps = self._buffer_caps()
+        self._est_mib = [self.config.worker_memory_mib] * len(self.stage_names)
+        self._target = self._check(self._resolve(allocation))
+        self._lock = threading.Condition()
+        self._workers: list[_Worker] = []
+        self._bufs: list[dict[int, st.ItemRef]] = [{} for _ in range(len(self.stage_names) + 1)]
+        self._ready_read: list[tuple[int, int, _Task]] = []  # heap of (first seq, id, task)
+        self._inflight_out = [0] * len(self.stage_names)
+        self._stats = [_Stats() for _ in self.stage_names]
+        self._task_ids = itertools.count()
+        self._next_out = 0
+        self._rows_out = 0
+        self._batches_out = 0
+        self._shm_bytes = 0
+        self._peak = 0.0
+        self._error: BaseException | None = None
+        self._closed = False
+        self._started = False
+        self._thread: threading.Thread | None = None
+        self._prefix = f"rp{os.getpid()}x{next(_RUN_IDS)}"
+        self._ctx: Any = None
+        self._last_t = time.monotonic()
+        self._t0 = self._last_t
+
+    # -- allocation and memory ------------------------------------------------------------
+
+    def _resolve(self, allocation: Allocation | Sequence[int] | str) -> Allocation:
+        if isinstance(allocation, Allocation):
+            return allocation
+        if isinstance(allocation, str):
+            if allocation != "even":
+                raise ConfigError(
+                    f"allocation: expected 'even' or worker counts, not {allocation!r}"
+                )
+            return even_split(len(self.stage_names), self.cores)
+        return Allocation(workers=tuple(int(w) for w in allocation))
+
+    def _buffer_caps(self) -> list[int]:
+        """Items each buffer may hold: before stage s (s >= 1) and at the output (last)."""
+        q, k = self.config.queue_batches, self.config.shuffle_window
+        caps = [0] + [q] * len(self.stage_names)
+        caps[1] = q + self.plan.read_task_splits  # a read task lands several items at once
+        if k and "shuffle" in self.stage_names:
+            caps[self.stage_names.index("shuffle")] = max(q, k)
+        return caps
+
+    @property
+    def memory_budget_bytes(self) -> float:
+        return self.config.memory_budget_gib * 2**30
+
+    def memory_bytes(self, alloc: Allocation) -> float:
+        """Predicted peak: workers (measured PSS, or the estimate until measured) plus every
+        buffer full plus one head window of slack, plus one input and output item per worker."""
+        item = self.config.batch_size * st.ITEM_BYTES_PER_ROW
+        slack = max(1, self.config.shuffle_window) + self.plan.read_task_splits
+        items = sum(self._caps[1:]) + slack * len(self.stage_names) + 2 * alloc.total
+        workers = sum(w * m for w, m in zip(alloc.workers, self._est_mib, strict=True))
+        return workers * MIB + items * item
+
+    def _check(self, alloc: Allocation) -> Allocation:
+        n = len(self.stage_names)
+        if len(alloc.workers) != n:
+            names = ", ".join(self.stage_names)
+            raise AllocationRefused(f"allocation has {len(alloc.workers)} entries; stages: {names}")
+        for name, w in zip(self.stage_names, alloc.workers, strict=True):
+            if not 1 <= w <= 64:
+                raise AllocationRefused(
+                    f"allocation: stage {name!r} has {w} workers; allowed 1..64"
+                )
+        need = self.memory_bytes(alloc)
+        if need > self.memory_budget_bytes:
+            raise AllocationRefused(
+                f"allocation {list(alloc.workers)} needs {need / MIB:,.0f} MiB (workers + "
+                f"buffers), over memory_budget_gib = {self.config.memory_budget_gib:g} "
+                f"({self.memory_budget_bytes / MIB:,.0f} MiB)"
+            )
+        return alloc
+
+    def worker_memory_mib(self) -> tuple[float, ...]:
+        """Memory per worker of each stage: the largest PSS measured, else the estimate."""
+        with self._lock:
+            return tuple(self._est_mib)
+
+    @property
+    def allocation(self) -> Allocation:
+        return self._target
+
+    def resize(self, allocation: Allocation | Sequence[int]) -> None:
+        """Change workers per stage while running; refused (nothing changes) if over budget."""
+        alloc = self._check(self._resolve(allocation))
+        with self._lock:
+            self._target = alloc
+            if self._started:
+                self._apply_target()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> Pipeline:
+        if self._started:
+            return self
+        # fork: a worker starts in milliseconds sharing the parent's imported modules (the
+        # forkserver would re-import the user's __main__, seconds with torch); the child only
+        # runs worker_main, which touches no lock another parent thread may hold.
+        self._ctx = mp.get_context("fork")
+        with self._lock:
+            self._started = True
+            self._last_t = self._t0 = time.monotonic()
+            self._apply_target()
+        self._thread = threading.Thread(target=self._run, name="recperf-ingest", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop every worker and delete every shared-memory item; safe to call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        for w in self._workers:
+            with contextlib.suppress(OSError):
+                w.conn.send(None)
+        for w in self._workers:
+            w.proc.join(timeout=2)
+            if w.proc.is_alive():
+                w.proc.kill()
+                w.proc.join(timeout=2)
+            w.conn.close()
+        self._workers.clear()
+        for path in st.SHM_DIR.glob(f"{self._prefix}-*"):
+            st.unlink_quietly(str(path))
+
+    def __enter__(self) -> Pipeline:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_started", False) and not getattr(self, "_closed", True):
+            self.close()
+
+    def worker_pids(self) -> dict[str, list[int]]:
+        with self._lock:
+            out: dict[str, list[int]] = {n: [] for n in self.stage_names}
+            for w in self._workers:
+                if not w.retiring:
+                    out[self.stage_names[w.stage]].append(w.proc.pid)
+            return out
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _spawn(self, stage: int) -> None:
+        parent, child = self._ctx.Pipe(duplex=True)
+        work = StageWork(
+            stage=self.stage_names[stage],
+            seed=self.config.seed,
+            downsample_rate=self.config.downsample_rate or 1.0,
+        )
+        proc = self._ctx.Process(target=worker_main, args=(work, child), daemon=True)
+        proc.start()
+        child.close()
+        self._workers.append(_Worker(stage=stage, proc=proc, conn=parent))
+
+    def _apply_target(self) -> None:
+        for s, want in enumerate(self._target.workers):
+            active = [w for w in self._workers if w.stage == s and not w.retiring]
+            for _ in range(want - len(active)):
+                self._spawn(s)
+            surplus = len(active) - want
+            for w in sorted(active, key=lambda w: w.task is not None)[: max(0, surplus)]:
+                w.retiring = True
+                if w.task is None:
+                    self._send(w, None)
+
+    def _send(self, w: _Worker, msg: TaskMsg | None) -> None:
+        with contextlib.suppress(OSError):  # a dead worker's sentinel reports it; task redone
+            w.conn.send(msg)
+
+    def _reap(self, w: _Worker) -> None:
+        """A worker exited: redo its task (deleting any outputs it wrote), replace it unless
+        it was retiring."""
+        w.proc.join(timeout=1)
+        self._workers.remove(w)
+        w.conn.close()
+        if w.task is not None:
+            self._requeue(w.task)
+        if not w.retiring:
+            self._stats[w.stage].restarts += 1
+            self._spawn(w.stage)
+
+    def _requeue(self, task: _Task) -> None:
+        for path in st.SHM_DIR.glob(f"{Path(self._out_prefix(task)).name}-*"):
+            st.unlink_quietly(str(path))
+        self._inflight_out[task.stage] -= len(task.seqs)
+        task.attempt += 1
+        if task.stage == 0:
+            heapq.heappush(self._ready_read, (task.seqs[0], task.task_id, task))
+            return
+        for seq, ref in zip(task.seqs, task.inputs, strict=True):
+            self._bufs[task.stage][seq] = ref
+
+    def _out_prefix(self, task: _Task) -> str:
+        return str(st.SHM_DIR / f"{self._prefix}-{task.stage}-{task.task_id}-{task.attempt}")
+
+    def _shuffle_stage(self) -> int:
+        return self.stage_names.index("shuffle") if "shuffle" in self.stage_names else -1
+
+    # -- the coordinator ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._lock:
+                    if self._closed or self._error is not None:
+                        return
+                    self._tick()
+                    self._dispatch()
+                    waitables = [w.conn for w in self._workers] + [
+                        w.proc.sentinel for w in self._workers
+                    ]
+                ready = wait(waitables, timeout=0.02)
+                with self._lock:
+                    self._handle(ready)
+        except BaseException as exc:  # a coordinator bug must surface in the consumer
+            with self._lock:
+                self._error = exc
+                self._lock.notify_all()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        dt, self._last_t = now - self._last_t, now
+        for s, stats in enumerate(self._stats):
+            active = sum(1 for w in self._workers if w.stage == s and not w.retiring)
+            stats.worker_s += active * dt
+            if s > 0:
+                stats.queue_fill_s += min(1.0, len(self._bufs[s]) / self._caps[s]) * dt
+
+    def _handle(self, ready: list[Any]) -> None:
+        by_conn = {id(w.conn): w for w in self._workers}
+        by_sentinel = {w.proc.sentinel: w for w in self._workers}
+        dead: list[_Worker] = []
+        for obj in ready:
+            w = by_conn.get(id(obj))
+            if w is not None:
+                try:
+                    while w.conn.poll():
+                        self._on_message(w, w.conn.recv())
+                except (EOFError, OSError):
+                    dead.append(w)
+            elif obj in by_sentinel:
+                dead.append(by_sentinel[obj])
+        for w in dict.fromkeys(dead):
+            if w in self._workers:
+                self._reap(w)
+        self._lock.notify_all()
+
+    def _on_message(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+        kind, task_id, attempt = msg[0], msg[1], msg[2]
+        task = w.task
+        if task is None or task.task_id != task_id or task.attempt != attempt:
+            if kind == "done":  # a stale attempt's outputs: delete unread
+                for ref in msg[3]:
+                    st.unlink_quietly(ref.path)
+            return
+        if kind == "traceformat":
+            self._error = TraceFormatError(*msg[3])
+            return
+        if kind == "badrow":
+            self._error = self._bad_row(*msg[3])
+            return
+        if kind == "error":
+            err = msg[3]
+            self._error = (
+                err
+                if isinstance(err, BaseException)
+                else RuntimeError(
+                    f"ingest worker of stage {self.stage_names[w.stage]!r} failed:\n{err}"
+                )
+            )
+            return
+        refs, cpu, wall, rows_in = msg[3], msg[4], msg[5], msg[6]
+        w.task = None
+        stats = self._stats[w.stage]
+        stats.cpu_s += cpu
+        stats.busy_s += wall
+        stats.rows += rows_in
+        self._inflight_out[w.stage] -= len(task.seqs)
+        if w.stage > 0:
+            for ref in task.inputs:
+                self._shm_bytes -= ref.nbytes
+                st.unlink_quietly(ref.path)
+        for seq, ref in zip(task.seqs, refs, strict=True):
+            self._bufs[w.stage + 1][seq] = ref
+            self._shm_bytes += ref.nbytes
+        if w.retiring:
+            self._send(w, None)
+
+    def _bad_row(self, row_id: int, fieldname: str, why: str) -> TraceFormatError:
+        split = self.plan.split_of_row(row_id)
+        offset = row_id - split.first_row
+        if split.kind == "parquet":
+            return TraceFormatError(
+                split.file, None, fieldname, f"row {split.first_line + offset}: {why}"
+            )
+        return TraceFormatError(split.file, split.first_line + offset, fieldname, why)
+
+    # -- dispatch -----------------------------------------------------------------------------
+
+    def _head_limit(self) -> int:
+        """Seqs below this may always move on, so the next item out can never be starved."""
+        k = max(1, self.config.shuffle_window)
+        return (self._next_out // k + 1) * k
+
+    def _room(self, stage: int, n_out: int, first_seq: int) -> bool:
+        nxt = stage + 1
+        used = len(self._bufs[nxt]) + self._inflight_out[stage]
+        return used + n_out <= self._caps[nxt] or first_seq < self._head_limit()
+
+    def _dispatch(self) -> None:
+        idle = [w for w in self._workers if w.task is None and not w.retiring]
+        for w in idle:
+            task = self._next_task(w)
+            if task is None:
+                continue
+            w.task = task
+            self._inflight_out[task.stage] += len(task.seqs)
+            if task.group is not None:
+                w.group = task.group
+            msg = TaskMsg(
+                task.task_id, task.attempt, task.inputs, self._out_prefix(task), task.window
+            )
+            self._send(w, msg)
+
+    def _next_task(self, w: _Worker) -> _Task | None:
+        s = w.stage
+        if s == 0:
+            return self._next_read(w)
+        buf = self._bufs[s]
+        if not buf:
+            return None
+        if s == self._shuffle_stage():
+            return self._next_window(s)
+        seq = min(buf)
+        if not self._room(s, 1, seq):
+            return None
+        ref = buf.pop(seq)
+        return _Task(stage=s, task_id=next(self._task_ids), seqs=(seq,), inputs=(ref,))
+
+    def _next_read(self, w: _Worker) -> _Task | None:
+        """The earliest read task, or a near one of the row group this worker has cached;
+        the task holding the head window always goes first."""
+        self._refill_reads()
+        if not self._ready_read:
+            return None
+        near = heapq.nsmallest(4, self._ready_read)
+        head = near[0]
+        pick = None
+        if head[0] >= self._head_limit() and w.group is not None:
+            same = [e for e in near if e[2].group == w.group]
+            pick = next((e for e in same if self._room(0, len(e[2].seqs), e[0])), None)
+        if pick is None:
+            if not self._room(0, len(head[2].seqs), head[0]):
+                return None
+            pick = head
+        self._ready_read.remove(pick)
+        heapq.heapify(self._ready_read)
+        return pick[2]
+
+    def _refill_reads(self) -> None:
+        while len(self._ready_read) < 8:
+            rt: ReadTask | None = self.plan.next_read_task()
+            if rt is None:
+                return
+            task = _Task(
+                stage=0,
+                task_id=next(self._task_ids),
+                seqs=rt.seqs,
+                inputs=rt.splits,
+                group=rt.group,
+            )
+            heapq.heappush(self._ready_read, (rt.seqs[0], task.task_id, task))
+
+    def _next_window(self, s: int) -> _Task | None:
+        k = self.config.shuffle_window
+        buf = self._bufs[s]
+        first = min(buf)
+        win = first // k
+        seqs = tuple(q for q in range(win * k, (win + 1) * k) if q < self.plan.total_items)
+        if not all(q in buf for q in seqs) or not self._room(s, len(seqs), seqs[0]):
+            return None
+        refs = tuple(buf.pop(q) for q in seqs)
+        return _Task(stage=s, task_id=next(self._task_ids), seqs=seqs, inputs=refs, window=win)
+
+    # -- consuming ----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.start()
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            if batch.size:
+                yield batch
+
+    def _take(self) -> Batch | None:
+        last = len(self.stage_names)
+        with self._lock:
+            while True:
+                if self._error is not None:
+                    err = self._error
+                    if isinstance(err, RecperfError):
+                        raise err
+                    raise RuntimeError(f"ingest pipeline failed: {err}") from err
+                if self._next_out >= self.plan.total_items:
+                    return None
+                if self._closed:
+                    raise RecperfError("the pipeline was closed while iterating")
+                ref = self._bufs[last].pop(self._next_out, None)
+                if ref is not None:
+                    break
+                self._lock.wait(timeout=0.5)
+            self._next_out += 1
+            self._shm_bytes -= ref.nbytes
+        batch = Batch.from_columns(st.read_item(ref))
+        st.unlink_quietly(ref.path)
+        with self._lock:
+            self._rows_out += batch.size
+            self._batches_out += 1
+        return batch
+
+    # -- metrics ------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """Cumulative per-stage counters now, with current memory (reads each worker's PSS)."""
+        with self._lock:
+            self._tick()
+            workers = [(w.stage, w.proc.pid, w.retiring) for w in self._workers]
+        pss = {pid: _pss_mib(pid) for _, pid, _ in workers}
+        with self._lock:
+            stages = []
+            total = float(self._shm_bytes)
+            for s, stats in enumerate(self._stats):
+                mine = [pss[pid] for stg, pid, _ in workers if stg == s]
+                if mine:
+                    self._est_mib[s] = max(self._est_mib[s], max(mine))
+                buf_bytes = sum(r.nbytes for r in self._bufs[s].values()) if s else 0
+                mem = sum(mine) * MIB + buf_bytes
+                total += sum(mine) * MIB
+                stages.append(StageCounters(
+                    rows=stats.rows, cpu_s=stats.cpu_s, busy_s=stats.busy_s,
+                    worker_s=stats.worker_s, queue_fill_s=stats.queue_fill_s,
+                    workers=sum(1 for stg, _, r in workers if stg == s and not r),
+                    memory_bytes=mem, restarts=stats.restarts,
+                ))  # fmt: skip
+            self._peak = max(self._peak, total)
+            return Snapshot(
+                t=self._last_t, stages=tuple(stages), rows_out=self._rows_out,
+                batches_out=self._batches_out, memory_bytes=total, peak_memory_bytes=self._peak,
+            )  # fmt: skip
+
+
+def even_split(n_stages: int, cores: int) -> Allocation:
+    """One worker per stage, then the remaining cores dealt round-robin from the first stage."""
+    w = [1] * n_stages
+    for i in range(max(0, cores - n_stages)):
+        w[i % n_stages] += 1
+    return Allocation(workers=tuple(w))

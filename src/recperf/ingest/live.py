@@ -1,0 +1,204 @@
+"""The live pipeline as a tuning ``Target``, allocation files (TOML) that ``ingest run --alloc``
+reads and ``ingest tune`` writes, and calibration of the simulator from measured stage costs."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from recperf.core.config import check_range, load_toml
+from recperf.core.errors import ConfigError
+from recperf.core.results import atomic_path
+from recperf.ingest.batch import Snapshot, rate
+from recperf.ingest.executor import MIB, Pipeline
+from recperf.ingest.sim import Allocation, PipelineSpec, StageSpec
+from recperf.ingest.stages import ITEM_BYTES_PER_ROW
+from recperf.ingest.tuners.base import AllocationRefused, Measurement
+
+
+def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measurement:
+    """What happened between two snapshots; stage costs are CPU per row of pipeline output."""
+    dt = b.t - a.t
+    out_rows = b.rows_out - a.rows_out
+    stage_rows = [rate(x.rows, y.rows, dt) for x, y in zip(a.stages, b.stages, strict=True)]
+    cpu = [y.cpu_s - x.cpu_s for x, y in zip(a.stages, b.stages, strict=True)]
+    busy = []
+    for x, y in zip(a.stages, b.stages, strict=True):
+        ws = y.worker_s - x.worker_s
+        busy.append(min(1.0, (y.busy_s - x.busy_s) / ws) if ws > 0 else 0.0)
+    fill = [min(1.0, (y.queue_fill_s - x.queue_fill_s) / dt) if dt > 0 else 0.0
+            for x, y in zip(a.stages, b.stages, strict=True)]  # fmt: skip
+    return Measurement(
+        allocation=alloc,
+        throughput_rows_per_s=out_rows / dt if dt > 0 else 0.0,
+        stage_rows_per_s=tuple(stage_rows),
+        busy_frac=tuple(busy),
+        queue_fill=tuple(fill),
+        cpu_s=tuple(cpu),
+        cost_us_per_row=tuple(c / out_rows * 1e6 if out_rows else math.nan for c in cpu),
+        memory_bytes=max(a.memory_bytes, b.memory_bytes),
+        window_s=dt,
+    )
+
+
+class LiveTarget:
+    """A ``Target`` over a running Pipeline (made to repeat its epochs): measure() resizes the
+    pools, consumes batches for ``settle_s`` so the new workers fill their queues, then for the
+    window, and reports what the pipeline counters saw. The consumer discards batches, standing
+    in for a trainer that is never the bottleneck."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        *,
+        settle_s: float = 0.5,
+        warmup_s: float = 2.0,
+        max_workers: int | None = None,
+    ) -> None:
+        check_range("settle_s", settle_s, 0.0, None)
+        check_range("warmup_s", warmup_s, 0.0, None)
+        if pipeline.config.epochs is not None:
+            raise ConfigError("LiveTarget needs a pipeline with epochs = None (it repeats)")
+        self.pipeline = pipeline
+        self.settle_s = settle_s
+        cap = max_workers if max_workers is not None else max(2, 2 * pipeline.cores)
+        self._caps = tuple(cap for _ in pipeline.stage_names)
+        self._iter = iter(pipeline)
+        # Warm up before the tuning clock starts: the first row groups are read and every
+        # buffer fills, so the first window measures the allocation, not the start-up.
+        next(self._iter)
+        self._consume(warmup_s)
+        self._t0 = time.monotonic()
+        self.measurements: list[Measurement] = []
+        self.peak_memory_bytes = 0.0
+        self.on_measure: Callable[[Measurement], None] | None = None
+
+    @property
+    def stage_names(self) -> tuple[str, ...]:
+        return self.pipeline.stage_names
+
+    @property
+    def cores(self) -> int:
+        return self.pipeline.cores
+
+    @property
+    def max_workers(self) -> tuple[int | None, ...]:
+        return self._caps
+
+    @property
+    def memory_budget_bytes(self) -> float:
+        return self.pipeline.memory_budget_bytes
+
+    def memory_bytes(self, alloc: Allocation) -> float:
+        return self.pipeline.memory_bytes(alloc)
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._t0
+
+    def _consume(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            next(self._iter)
+
+    def measure(self, alloc: Allocation, window_s: float) -> Measurement:
+        for name, w, cap in zip(self.stage_names, alloc.workers, self._caps, strict=True):
+            if cap is not None and w > cap:
+                raise AllocationRefused(f"allocation: stage {name!r} has {w} workers, cap {cap}")
+        if alloc != self.pipeline.allocation:
+            self.pipeline.resize(alloc)  # AllocationRefused leaves everything as it was
+            self._consume(self.settle_s)
+        a = self.pipeline.snapshot()
+        self._consume(window_s)
+        b = self.pipeline.snapshot()
+        m = window_measurement(a, b, alloc)
+        self.peak_memory_bytes = max(self.peak_memory_bytes, b.peak_memory_bytes)
+        self.measurements.append(m)
+        if self.on_measure is not None:
+            self.on_measure(m)
+        return m
+
+
+# -- allocation files -----------------------------------------------------------------------
+
+
+def write_allocation(path: Path, stage_names: Sequence[str], alloc: Allocation, note: str) -> None:
+    """``[allocation]`` with one ``stage = workers`` line per stage, atomically."""
+    lines = [f"# {line}" for line in note.splitlines()] + ["[allocation]"]
+    lines += [f"{n} = {w}" for n, w in zip(stage_names, alloc.workers, strict=True)]
+    with atomic_path(path) as tmp:
+        tmp.write_text("\n".join(lines) + "\n")
+
+
+def read_allocation(path: Path, stage_names: Sequence[str]) -> Allocation:
+    """Workers per stage from an allocation file; every stage named once, nothing else."""
+    data = load_toml(path)
+    table = data.get("allocation")
+    if not isinstance(table, Mapping) or set(data) != {"allocation"}:
+        raise ConfigError(f"{path}: expected one [allocation] table of stage = workers")
+    unknown = sorted(set(table) - set(stage_names))
+    if unknown:
+        raise ConfigError(
+            f"{path}: allocation.{unknown[0]}: unknown stage; this pipeline has "
+            f"{', '.join(stage_names)}"
+        )
+    out = []
+    for name in stage_names:
+        if name not in table:
+            raise ConfigError(f"{path}: allocation.{name}: missing (workers for every stage)")
+        w = table[name]
+        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+            raise ConfigError(f"{path}: allocation.{name} = {w!r}: expected an integer >= 1")
+        out.append(w)
+    return Allocation(workers=tuple(out))
+
+
+# -- calibration ----------------------------------------------------------------------------
+
+
+def calibrate(target: LiveTarget, name: str = "calibrated") -> PipelineSpec:
+    """A simulator spec of the live pipeline: each stage's median measured CPU per output row,
+    its worker memory as measured (or estimated), the real cores, budget and buffer sizes."""
+    if not target.measurements:
+        raise ConfigError("calibrate: the target has no measurements yet")
+    p = target.pipeline
+    costs = []
+    for i in range(len(p.stage_names)):
+        vals = [m.cost_us_per_row[i] for m in target.measurements]
+        vals = [v for v in vals if math.isfinite(v) and v > 0]
+        costs.append(statistics.median(vals) if vals else 1e-3)
+    stages = tuple(
+        StageSpec(name=n, cost_us_per_row=c, max_workers=cap, memory_mib_per_worker=mem)
+        for n, c, cap, mem in zip(
+            p.stage_names, costs, target.max_workers, p.worker_memory_mib(), strict=True
+        )
+    )
+    return PipelineSpec(
+        name=name,
+        cores=p.cores,
+        memory_budget_gib=p.config.memory_budget_gib,
+        stages=stages,
+        memory_mib_per_batch=p.config.batch_size * ITEM_BYTES_PER_ROW / MIB,
+        batch_rows=p.config.batch_size,
+        queue_batches=p.config.queue_batches,
+    )
+
+
+def spec_toml(spec: PipelineSpec) -> str:
+    """The spec as a TOML file that ``ingest simulate --spec`` reads."""
+    out = [
+        f"cores = {spec.cores}",
+        f"memory_budget_gib = {spec.memory_budget_gib!r}",
+        f"transfer_us_per_row = {spec.transfer_us_per_row!r}",
+        f"memory_mib_per_batch = {spec.memory_mib_per_batch!r}",
+        f"batch_rows = {spec.batch_rows}",
+        f"queue_batches = {spec.queue_batches}",
+    ]
+    for s in spec.stages:
+        out += ["", "[[stage]]", f'name = "{s.name}"', f"cost_us_per_row = {s.cost_us_per_row!r}"]
+        if s.max_workers is not None:
+            out.append(f"max_workers = {s.max_workers}")
+        out.append(f"memory_mib_per_worker = {s.memory_mib_per_worker!r}")
+    return "\n".join(out) + "\n"
