@@ -20,6 +20,7 @@ from recperf.ingest.sim import (
     lp_bound,
     oracle,
     spec_from_mapping,
+    stage_limits,
 )
 
 GOOD = """
@@ -237,23 +238,38 @@ def test_even_respects_memory() -> None:
 
 
 def test_oracle_hand_case() -> None:
-    # Costs 1 and 3 on 8 cores: (2, 6) reaches 2e6 rows/s; nothing reaches more.
+    # Costs 1 and 3 on 8 cores: (2, 6) reaches 2e6 rows/s = the LP bound; nothing reaches more.
     assert oracle(two(cores=8)).workers == (2, 6)
-    # On 9 cores (3, 6) is no faster than (2, 6): ties go to fewer workers.
-    assert oracle(two(cores=9)).workers == (2, 6)
+    # On 9 cores the bound is 9e6/4 = 2.25e6. Within the cores (2, 6) and (3, 6) reach 2e6, but
+    # oversubscribing with (3, 9) reaches min(3, 9/3) * 1e6 * 9/12 = 2.25e6, the bound itself.
+    spec = two(cores=9)
+    assert oracle(spec).workers == (3, 9)
+    assert spec.throughput((3, 9)) == pytest.approx(lp_bound(spec).throughput_rows_per_s)
+    # One core still runs both stages, time-shared: (1, 3) reaches 1 * 1e6 * 1/4 = 0.25e6.
+    assert oracle(two(cores=1)).workers == (1, 3)
+    assert two(cores=1).throughput((1, 3)) == pytest.approx(0.25e6)
+
+
+def test_oracle_worker_limit() -> None:
+    # Limited to 2 workers per stage, costs 1 and 3 on 9 cores: (1, 2) gives 2/3 * 1e6.
+    assert oracle(two(cores=9), worker_limit=2).workers == (1, 2)
 
 
 def test_oracle_refuses_when_nothing_fits() -> None:
+    # One worker of each stage needs 1.5 GiB; the budget is 1 GiB.
     with pytest.raises(ConfigError, match="no allocation"):
-        oracle(two(cores=1))
+        oracle(two(cores=4, mem=(512.0, 1024.0), budget=1.0))
 
 
-def brute_force(spec: PipelineSpec) -> Allocation | None:
-    ranges = [
-        range(1, spec.cores + 1 if s.max_workers is None else min(s.max_workers, spec.cores) + 1)
-        for s in spec.stages
-    ]
-    feasible = [w for w in itertools.product(*ranges) if spec.fits(w)]
+def brute_force(spec: PipelineSpec, limit: int) -> Allocation | None:
+    ranges = [range(1, lim + 1) for lim in stage_limits(spec, limit)]
+    feasible = []
+    for w in itertools.product(*ranges):
+        try:
+            spec.check_allocation(w)
+        except ConfigError:
+            continue
+        feasible.append(w)
     if not feasible:
         return None
     best = max(spec.throughput(w) for w in feasible)
@@ -263,7 +279,7 @@ def brute_force(spec: PipelineSpec) -> Allocation | None:
 
 @st.composite
 def small_specs(draw: st.DrawFn) -> PipelineSpec:
-    n = draw(st.integers(1, 4))
+    n = draw(st.integers(1, 3))
     stages = tuple(
         StageSpec(
             name=f"s{i}",
@@ -274,7 +290,7 @@ def small_specs(draw: st.DrawFn) -> PipelineSpec:
         for i in range(n)
     )
     return PipelineSpec(
-        cores=draw(st.integers(1, 8)),
+        cores=draw(st.integers(1, 4)),
         memory_budget_gib=draw(st.sampled_from([0.25, 0.5, 1.0, 4.0])),
         transfer_us_per_row=draw(st.sampled_from([0.0, 0.25, 1.0])),
         memory_mib_per_batch=draw(st.sampled_from([0.0, 16.0])),
@@ -284,20 +300,22 @@ def small_specs(draw: st.DrawFn) -> PipelineSpec:
 
 
 @settings(derandomize=True, max_examples=300, deadline=None)
-@given(small_specs())
-def test_oracle_matches_brute_force_and_bounds(spec: PipelineSpec) -> None:
-    expect = brute_force(spec)
+@given(small_specs(), st.integers(1, 7))
+def test_oracle_matches_brute_force_and_bounds(spec: PipelineSpec, limit: int) -> None:
+    # Brute force over every allocation with each stage in 1..min(cap, limit), oversubscribed
+    # or not; the oracle must find the same (unique) fastest allocation with fewest workers.
+    expect = brute_force(spec, limit)
     if expect is None:
         with pytest.raises(ConfigError):
-            oracle(spec)
+            oracle(spec, worker_limit=limit)
         return
-    got = oracle(spec)
+    got = oracle(spec, worker_limit=limit)
     assert got == expect
-    assert spec.fits(got)
+    spec.check_allocation(got)
     thr = spec.throughput(got)
     assert thr <= lp_bound(spec).throughput_rows_per_s * (1 + 1e-9)
     alloc = even(spec)
-    if spec.fits(alloc):
+    if spec.fits(alloc) and all(w <= limit for w in alloc.workers):
         assert thr >= spec.throughput(alloc) * (1 - 1e-9)
 
 
@@ -308,7 +326,7 @@ def test_bundled_specs(name: str) -> None:
     best = oracle(spec)
     bound = lp_bound(spec)
     base = even(spec)
-    assert spec.fits(best)
+    spec.check_allocation(best)  # may oversubscribe the cores
     assert spec.fits(base)
     assert spec.throughput(base) <= spec.throughput(best) <= bound.throughput_rows_per_s
     # Each spec is built so that a different constraint binds.
@@ -319,3 +337,24 @@ def test_bundled_specs(name: str) -> None:
 def test_membound_leaves_cores_idle() -> None:
     spec = load_spec("membound-128")
     assert oracle(spec).total < spec.cores
+
+
+@pytest.mark.parametrize(
+    ("name", "bound", "best", "even_thr", "workers"),
+    [
+        # cores bind: 16e6 / 15.8 us; the oracle oversubscribes 64 workers (memory stops it)
+        ("criteo-16", 16e6 / 15.8, 1e6, 15e6 / 31, (17, 7, 25, 2, 4, 9)),
+        # udf's 40-worker cap binds: 40e6 / 40.5 us, reached exactly
+        ("udf-64", 40e6 / 40.5, 40e6 / 40.5, 17e6 / 40.5, (5, 40, 7, 1, 2, 3)),
+        # memory binds: 93 workers on 128 cores reach 0.985 of the bound
+        ("membound-128", 5642633.23, 5555555.56, 3333333.33, (24, 10, 35, 4, 7, 13)),
+    ],
+)
+def test_bundled_values(
+    name: str, bound: float, best: float, even_thr: float, workers: tuple[int, ...]
+) -> None:
+    spec = load_spec(name)
+    assert lp_bound(spec).throughput_rows_per_s == pytest.approx(bound)
+    assert oracle(spec).workers == workers
+    assert spec.throughput(workers) == pytest.approx(best)
+    assert spec.throughput(even(spec)) == pytest.approx(even_thr)

@@ -308,29 +308,45 @@ def _least_workers(ratio: float, costs: Sequence[float]) -> list[int]:
     return out
 
 
-def oracle(spec: PipelineSpec) -> Allocation:
-    """The best allocation within cores, caps and memory; ties go to fewer workers.
+OVERSUBSCRIBE = 8
+"""Default most workers per uncapped stage, as a multiple of the cores (see ``oracle``)."""
 
-    Exact for the min-of-stages model: the optimum's throughput is some stage's capacity
-    w*1e6/c_i, the least workers reaching throughput T are ceil(T*c_j/1e6) per stage, and
-    feasibility is monotone in T, so the largest feasible candidate T wins.
+
+def stage_limits(spec: PipelineSpec, worker_limit: int | None = None) -> list[int]:
+    """Most workers each stage may get: its cap, else ``worker_limit`` (default 8 x cores)."""
+    limit = OVERSUBSCRIBE * spec.cores if worker_limit is None else worker_limit
+    return [limit if s.max_workers is None else min(s.max_workers, limit) for s in spec.stages]
+
+
+def oracle(spec: PipelineSpec, worker_limit: int | None = None) -> Allocation:
+    """The best integer allocation within caps and memory; ties go to fewer workers.
+
+    Workers may outnumber the cores (the model then scales every stage by cores / workers), so
+    each uncapped stage is limited to ``worker_limit`` workers (default 8 x cores). Exact for the
+    min-of-stages model: take an optimum w* and r = min_j w*_j / c_j (a candidate w / c_i); the
+    least workers reaching r, ceil(r * c_j), are <= w* everywhere, so they reach at least r with
+    no more workers and no more memory. The best of those candidate allocations is optimal.
     """
     costs = spec.row_costs_us()
     budget_mib = spec.memory_budget_gib * 1024 * (1 + 1e-12)
-    caps = [
-        spec.cores if s.max_workers is None else min(s.max_workers, spec.cores) for s in spec.stages
-    ]
+    caps = stage_limits(spec, worker_limit)
     candidates = sorted(
-        {w / c for c, cap in zip(costs, caps, strict=True) for w in range(1, cap + 1)},
-        reverse=True,
+        {w / c for c, cap in zip(costs, caps, strict=True) for w in range(1, cap + 1)}
     )
-    for ratio in candidates:  # ratio = T / 1e6 rows per microsecond
+    best: list[int] | None = None
+    best_t = -1.0
+    for ratio in candidates:  # ratio = rows per microsecond each stage must at least reach
         w = _least_workers(ratio, costs)
-        if sum(w) > spec.cores or any(wi > cap for wi, cap in zip(w, caps, strict=True)):
-            continue
-        if spec.memory_bytes(w) / MIB <= budget_mib:
-            return Allocation(workers=tuple(w))
-    raise ConfigError(
-        f"{spec.name}: no allocation of >= 1 worker per stage fits {spec.cores} cores and "
-        f"memory_budget_gib = {spec.memory_budget_gib:g}"
-    )
+        if any(wi > cap for wi, cap in zip(w, caps, strict=True)):
+            break  # least workers grow with the ratio: every later candidate is over a cap too
+        if spec.memory_bytes(w) / MIB > budget_mib:
+            break  # memory grows with the ratio as well
+        t = spec.throughput(w)
+        if best is None or t > best_t * (1 + 1e-9):
+            best, best_t = w, t
+    if best is None:
+        raise ConfigError(
+            f"{spec.name}: no allocation of >= 1 worker per stage fits the caps and "
+            f"memory_budget_gib = {spec.memory_budget_gib:g}"
+        )
+    return Allocation(workers=tuple(best))

@@ -1,0 +1,304 @@
+"""The ingestion simulator as a gymnasium env (``recperf/Ingest-v0``), and the observation,
+action and mask encoding that the ``intune`` tuner shares with it on any Target."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from recperf.core.errors import ConfigError
+from recperf.ingest import sim_target
+from recperf.ingest.sim import Allocation, PipelineSpec, StageSpec, load_spec, lp_bound
+from recperf.ingest.tuners.base import Measurement, Target, unit_memory
+
+MAX_STAGES = 8
+STAGE_FEATURES = 6  # present, busy, queue fill, cpu share, memory share, cost share
+GLOBAL_FEATURES = 5  # workers/cores, memory/budget, throughput/bound, contention, stages/8
+OBS_SIZE = MAX_STAGES * STAGE_FEATURES + GLOBAL_FEATURES
+N_STEPS = 3  # move sizes: 1, cores/16, cores/4 workers
+KINDS = ("move0", "move1", "move2", "add0", "add1", "add2", "remove", "grow", "shrink", "noop")
+GROW, SHRINK = 1.25, 0.8  # scale the total workers, placed in proportion to per-row cost
+OBS_HIGH = 16.0
+
+
+def _actions() -> list[tuple[int, int, int]]:
+    """(kind index into KINDS, source stage or -1, destination stage or -1) per action."""
+    out = [
+        (k, i, j)
+        for k in range(N_STEPS)
+        for i in range(MAX_STAGES)
+        for j in range(MAX_STAGES)
+        if i != j
+    ]
+    # add 1, cores/16 or cores/4 workers to stage j
+    out += [(N_STEPS + k, -1, j) for k in range(N_STEPS) for j in range(MAX_STAGES)]
+    out += [(6, i, -1) for i in range(MAX_STAGES)]  # remove a worker from stage i
+    out += [(7, -1, -1), (8, -1, -1)]  # grow / shrink the total, split in proportion to cost
+    out.append((9, -1, -1))
+    return out
+
+
+ACTIONS = _actions()
+N_ACTIONS = len(ACTIONS)
+NOOP = N_ACTIONS - 1
+
+
+def move_size(cores: int, kind: int) -> int:
+    return (1, max(1, round(cores / 16)), max(1, round(cores / 4)))[kind]
+
+
+def max_total(cores: int, n_stages: int) -> int:
+    """Most workers the agent may run (oversubscription allowed): 4 x cores or 2 x (stages +
+    cores), whichever is more."""
+    return max(4 * cores, 2 * (n_stages + cores))
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Context:
+    """What the encoding needs to know about a target besides its measurements."""
+
+    n: int
+    cores: int
+    caps: tuple[int | None, ...]
+    budget_bytes: float
+    base_bytes: float
+    per_worker_bytes: tuple[float, ...]
+    memory: Callable[[Allocation], float]
+
+    @classmethod
+    def of(cls, target: Target) -> Context:
+        n = len(target.stage_names)
+        if not 1 <= n <= MAX_STAGES:
+            raise ConfigError(f"the agent handles 1..{MAX_STAGES} stages; target has {n}")
+        base, per = unit_memory(target)
+        return cls(
+            n=n,
+            cores=target.cores,
+            caps=tuple(target.max_workers),
+            budget_bytes=target.memory_budget_bytes,
+            base_bytes=base,
+            per_worker_bytes=per,
+            memory=target.memory_bytes,
+        )
+
+    def bound(self, costs: Sequence[float]) -> float:
+        """LP bound (rows/s) of a pipeline with these per-row costs (cf. sim.lp_bound)."""
+        lims = [self.cores * 1e6 / sum(costs)]
+        lims += [cap * 1e6 / c for cap, c in zip(self.caps, costs, strict=True) if cap]
+        rate = sum(c * p for c, p in zip(costs, self.per_worker_bytes, strict=True))
+        free = self.budget_bytes - (self.base_bytes - sum(self.per_worker_bytes))
+        if rate > 0:
+            lims.append(max(free, 0.0) * 1e6 / rate)
+        return max(min(lims), 1e-9)
+
+
+def rescale(workers: Sequence[int], costs: Sequence[float], factor: float) -> list[int]:
+    """About ``factor`` x the workers in all, each stage's share proportional to its cost."""
+    total = sum(workers) * factor
+    share = total / sum(costs)
+    rnd = math.ceil if factor > 1 else math.floor
+    return [max(1, rnd(share * c - 1e-9 if factor > 1 else share * c + 1e-9)) for c in costs]
+
+
+def apply(
+    ctx: Context, workers: Sequence[int], action: int, costs: Sequence[float] | None = None
+) -> tuple[int, ...] | None:
+    """The workers after ``action``, or None if it is invalid (cap, memory, < 1, total).
+
+    ``costs`` (measured µs/row per stage) place grow / shrink; without them those scale each
+    stage's own workers."""
+    kind, src, dst = ACTIONS[action]
+    if kind == 9:
+        return tuple(workers)
+    if max(src, dst) >= ctx.n:
+        return None
+    if kind in (7, 8):
+        factor = GROW if kind == 7 else SHRINK
+        if costs is not None and all(math.isfinite(c) and c > 0 for c in costs):
+            w = rescale(workers, costs, factor)
+        else:
+            w = [max(1, (math.ceil if kind == 7 else math.floor)(x * factor)) for x in workers]
+        w = [x if cap is None else min(x, cap) for x, cap in zip(w, ctx.caps, strict=True)]
+        if w == list(workers):
+            return None
+    else:
+        k = move_size(ctx.cores, kind % N_STEPS) if kind < 2 * N_STEPS else 1
+        w = list(workers)
+        if src >= 0:
+            w[src] -= k
+        if dst >= 0:
+            w[dst] += k
+    if min(w) < 1 or sum(w) > max_total(ctx.cores, ctx.n):
+        return None
+    if any(cap is not None and wi > cap for wi, cap in zip(w, ctx.caps, strict=True)):
+        return None
+    if ctx.memory(Allocation(workers=tuple(w))) > ctx.budget_bytes * (1 + 1e-9):
+        return None
+    return tuple(w)
+
+
+def action_mask(
+    ctx: Context, workers: Sequence[int], costs: Sequence[float] | None = None
+) -> np.ndarray:
+    """int8 mask of the valid actions (no-op always valid)."""
+    return np.array([apply(ctx, workers, a, costs) is not None for a in range(N_ACTIONS)], np.int8)
+
+
+def observe(ctx: Context, m: Measurement, bound: float) -> np.ndarray:
+    """Fixed-size observation of one measurement, padded to MAX_STAGES stages."""
+    w = m.allocation.workers
+    costs = [c if math.isfinite(c) else 0.0 for c in m.cost_us_per_row]
+    total_cost = sum(costs) or 1.0
+    x = np.zeros(OBS_SIZE, np.float32)
+    for i in range(ctx.n):
+        x[i * STAGE_FEATURES : (i + 1) * STAGE_FEATURES] = (
+            1.0,
+            m.busy_frac[i],
+            m.queue_fill[i],
+            w[i] / ctx.cores,
+            w[i] * ctx.per_worker_bytes[i] / ctx.budget_bytes,
+            costs[i] / total_cost,
+        )
+    total = sum(w)
+    x[-GLOBAL_FEATURES:] = (
+        total / ctx.cores,
+        m.memory_bytes / ctx.budget_bytes,
+        m.throughput_rows_per_s / bound,
+        min(1.0, ctx.cores / total),
+        ctx.n / MAX_STAGES,
+    )
+    return np.clip(x, 0.0, OBS_HIGH)
+
+
+def reward(m: Measurement, bound: float, ctx: Context, refused: bool, penalty: float) -> float:
+    """Throughput / bound; a refused (over-memory or invalid) proposal pays ``penalty``; a
+    small memory term breaks ties toward fewer workers."""
+    r = m.throughput_rows_per_s / bound - 0.01 * m.memory_bytes / ctx.budget_bytes
+    return r - penalty if refused else r
+
+
+def random_spec(rng: np.random.Generator) -> PipelineSpec:
+    """A random pipeline: 2..128 cores, 2..8 stages, log-uniform costs, some caps, and a memory
+    budget that binds in about a third of the draws."""
+    cores = round(math.exp(rng.uniform(math.log(2), math.log(128))))
+    n = int(rng.integers(2, MAX_STAGES + 1))
+    costs = np.exp(rng.uniform(math.log(0.2), math.log(40.0), n))
+    mem = np.exp(rng.uniform(math.log(32.0), math.log(2048.0), n))
+    ideal = costs / costs.sum() * cores
+    stages = tuple(
+        StageSpec(
+            name=f"s{i}",
+            cost_us_per_row=float(costs[i]),
+            max_workers=int(rng.integers(1, max(2, int(ideal[i] * 1.5) + 2)))
+            if rng.random() < 0.25
+            else None,
+            memory_mib_per_worker=float(mem[i]),
+        )
+        for i in range(n)
+    )
+    ones = float(mem.sum())
+    need = float((np.maximum(ideal, 1.0) * mem).sum())
+    budget = max(ones * 1.3, need * rng.uniform(0.4, 2.0))
+    return PipelineSpec(
+        name="random",
+        cores=cores,
+        memory_budget_gib=budget / 1024,
+        stages=stages,
+        transfer_us_per_row=float(rng.uniform(0.0, 0.5)),
+    )
+
+
+class IngestEnv(gym.Env[np.ndarray, np.int64]):
+    """Each step applies one action (move, add or remove workers) and measures a window.
+
+    ``spec``: a PipelineSpec or bundled name for a fixed pipeline, None for a random pipeline
+    per episode. Invalid actions change nothing and pay ``penalty``; ``info["action_mask"]``
+    (and ``action_mask()``) says which actions are valid.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}  # noqa: RUF012 - gymnasium's API
+
+    def __init__(
+        self,
+        spec: PipelineSpec | str | None = None,
+        *,
+        episode_steps: int = 48,
+        noise: float = 0.02,
+        penalty: float = 0.5,
+    ) -> None:
+        self.fixed = load_spec(spec) if isinstance(spec, str) else spec
+        if episode_steps < 1:
+            raise ConfigError(f"episode_steps = {episode_steps} must be >= 1")
+        self.episode_steps = episode_steps
+        self.noise = noise
+        self.penalty = penalty
+        self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, (OBS_SIZE,), np.float32)
+        self.action_space = gym.spaces.Discrete(N_ACTIONS)
+        self.target: sim_target.SimTarget | None = None
+        self._ctx: Context | None = None
+        self._last: Measurement | None = None
+        self._bound = 1.0
+        self._t = 0
+
+    def _info(self) -> dict[str, Any]:
+        assert self._last is not None and self._ctx is not None
+        return {
+            "action_mask": self.action_mask(),
+            "throughput_rows_per_s": self._last.throughput_rows_per_s,
+            "allocation": self._last.allocation.workers,
+            "lp_bound_rows_per_s": self._bound,
+        }
+
+    def action_mask(self) -> np.ndarray:
+        if self._last is None or self._ctx is None:
+            raise ConfigError("call reset() before action_mask()")
+        return action_mask(self._ctx, self._last.allocation.workers, self._last.cost_us_per_row)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        from recperf.ingest.tuners.static import even_split
+
+        super().reset(seed=seed)
+        spec = self.fixed or random_spec(self.np_random)
+        self.target = sim_target.SimTarget(
+            spec, seed=int(self.np_random.integers(2**31)), noise=self.noise
+        )
+        self._ctx = Context.of(self.target)
+        self._bound = lp_bound(spec).throughput_rows_per_s
+        self._last = self.target.measure(even_split(self.target))
+        self._t = 0
+        return observe(self._ctx, self._last, self._bound), self._info()
+
+    def step(self, action: np.int64 | int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.target is None or self._ctx is None or self._last is None:
+            raise ConfigError("call reset() before step()")
+        a = int(action)
+        if not 0 <= a < N_ACTIONS:
+            raise ConfigError(f"action {a} is outside 0..{N_ACTIONS - 1}")
+        new = apply(self._ctx, self._last.allocation.workers, a, self._last.cost_us_per_row)
+        refused = new is None
+        if new is not None:
+            self._last = self.target.measure(Allocation(workers=new))
+        r = reward(self._last, self._bound, self._ctx, refused, self.penalty)
+        self._t += 1
+        obs = observe(self._ctx, self._last, self._bound)
+        return obs, float(r), False, self._t >= self.episode_steps, self._info()
+
+
+ENV_ID = "recperf/Ingest-v0"
+
+
+def register() -> str:
+    """Register ``recperf/Ingest-v0`` with gymnasium (idempotent); returns the id."""
+    if ENV_ID not in gym.registry:
+        gym.register(id=ENV_ID, entry_point="recperf.ingest.env:IngestEnv")
+    return ENV_ID
+
+
+register()

@@ -1,0 +1,98 @@
+"""The ``autotune`` tuner, after tf.data AUTOTUNE: an analytic model from measured per-row
+costs, greedy hill climbing of per-stage parallelism up to the CPU budget, and tf.data's RAM
+rule, which charges only buffer memory against the budget (not per-worker memory)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from recperf.core.config import check_range
+from recperf.ingest.sim import Allocation
+from recperf.ingest.tuners.base import TUNERS, Target, TuneLog, TuneResult, check_window
+from recperf.ingest.tuners.model import measured_costs
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class AutotuneConfig:
+    """Options of the autotune tuner."""
+
+    window_s: float = 1.0
+    """Length of each measurement window, seconds."""
+    ram_fraction: float = 0.5
+    """Share of the memory budget buffers may use (tf.data: 50%), (0, 1]."""
+    reoptimize_every: int = 10
+    """Windows between re-optimisations from fresh cost estimates (1..1000)."""
+
+    def __post_init__(self) -> None:
+        check_window("window_s", self.window_s)
+        check_range("ram_fraction", self.ram_fraction, 0.0, 1.0, lo_open=True)
+        check_range("reoptimize_every", self.reoptimize_every, 1, 1000)
+
+
+def hill_climb(costs: list[float], caps: tuple[int | None, ...], cpu_budget: int) -> list[int]:
+    """Units of parallelism added one at a time, in order: the modelled output rate of a chain
+    is min_i w_i / c_i, so each unit goes to the stage whose increment raises it most, i.e. the
+    bottleneck (tf.data's HillClimb over its model). Stops at the CPU budget or when every
+    stage is at its parameter's max (a tf.data parameter carries its own max: the stage cap)."""
+    n = len(costs)
+    w = [1] * n
+    order: list[int] = []
+    while sum(w) < cpu_budget:
+        open_ = [i for i in range(n) if caps[i] is None or w[i] < (caps[i] or 0)]
+        if not open_:
+            break
+        i = min(open_, key=lambda j: (w[j] / costs[j], -costs[j]))
+        w[i] += 1
+        order.append(i)
+    return order
+
+
+@TUNERS.register("autotune")
+class Autotune:
+    """Model-based hill climbing within the cores; blind to per-worker memory, so proposals
+    may be refused by a memory-bound target, after which it backs off unit by unit."""
+
+    name: str = "autotune"
+    Config = AutotuneConfig
+
+    def __init__(self, config: AutotuneConfig | None = None) -> None:
+        self.config = config or AutotuneConfig()
+
+    def _propose(self, log: TuneLog, costs: list[float], ram_bytes: float) -> Allocation | None:
+        """Hill-climb, then apply it; on a refusal drop the last added unit and try again."""
+        target = log.target
+        n = len(costs)
+        order = hill_climb(costs, target.max_workers, target.cores)
+        # RAM rule: buffer memory (what tf.data models) must stay within ram_fraction of the
+        # budget; the buffers do not depend on parallelism, so this only checks the pipeline.
+        if ram_bytes > self.config.ram_fraction * target.memory_budget_bytes:
+            order = []
+        w = [1] * n
+        for i in order:
+            w[i] += 1
+        while True:
+            alloc = Allocation(workers=tuple(w))
+            if log.measure(alloc) is not None:
+                return alloc
+            if not log.can_measure() or not order:
+                return None
+            w[order.pop()] -= 1
+
+    def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
+        log = TuneLog(target, budget_s, self.config.window_s)
+        n = len(target.stage_names)
+        first = log.measure(Allocation(workers=(1,) * n))
+        if first is None:
+            return log.result(self.name)
+        # tf.data's view of memory: the buffers seen at parallelism 1, assumed fixed.
+        ram = first.memory_bytes
+        current: Allocation | None = first.allocation
+        since = 0
+        while log.can_measure() and current is not None:
+            recent = log.measurements[-self.config.reoptimize_every :]
+            proposal = self._propose(log, measured_costs(recent), ram)
+            current = proposal or current
+            since = 1
+            while since < self.config.reoptimize_every and log.measure(current) is not None:
+                since += 1
+        return log.result(self.name)

@@ -1,0 +1,178 @@
+"""The ``intune`` tuner (after InTune, RecSys 2023): a DQN agent whose actions move workers
+between stages (or add / remove one), pre-trained on the simulator and fine-tuned online on
+the target it tunes; it keeps the best allocation it measured."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from recperf.core.config import check_range
+from recperf.core.errors import ConfigError
+from recperf.ingest import env as ienv
+from recperf.ingest.sim import Allocation
+from recperf.ingest.tuners import dqn
+from recperf.ingest.tuners.base import (
+    TUNERS,
+    Measurement,
+    Target,
+    TuneLog,
+    TuneResult,
+    check_window,
+)
+from recperf.ingest.tuners.model import measured_costs
+from recperf.ingest.tuners.static import even_split
+
+BUNDLED_WEIGHTS = "data/ingest/intune-dqn.pt"
+_CACHE: dict[str, dqn.QNet] = {}
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class IntuneConfig:
+    """Options of the intune tuner."""
+
+    window_s: float = 1.0
+    """Length of each measurement window, seconds."""
+    weights: str | None = None
+    """Pre-trained weights file (None: the bundled intune-dqn.pt)."""
+    pretrain_episodes: int = 40
+    """Episodes to pre-train for when the weights file is missing (0: refuse instead)."""
+    epsilon: float = 0.1
+    """Online exploration rate at the start, decaying linearly to 0 over the budget, [0, 1]."""
+    updates_per_step: int = 4
+    """Gradient steps per measurement when fine-tuning (0..64)."""
+    lr: float = 3e-4
+    """Fine-tuning learning rate, (0, 1]."""
+    penalty: float = 0.5
+    """Reward penalty of a refused (e.g. over-memory) proposal, >= 0."""
+    restart_after: int = 12
+    """Measurements without a new best before the agent restarts from the best allocation
+    (re-measuring it) or, if it is already there, takes a random step (1..1000)."""
+    confirm: int = 4
+    """Final windows spent re-measuring the two best allocations, so that noise does not pick
+    the winner (0..100)."""
+
+    def __post_init__(self) -> None:
+        check_window("window_s", self.window_s)
+        check_range("pretrain_episodes", self.pretrain_episodes, 0, 10**6)
+        check_range("epsilon", self.epsilon, 0.0, 1.0)
+        check_range("updates_per_step", self.updates_per_step, 0, 64)
+        check_range("lr", self.lr, 0.0, 1.0, lo_open=True)
+        check_range("penalty", self.penalty, 0.0, None)
+        check_range("restart_after", self.restart_after, 1, 1000)
+        check_range("confirm", self.confirm, 0, 100)
+
+
+def load_net(config: IntuneConfig, seed: int) -> dqn.QNet:
+    """A fresh copy of the pre-trained network (pre-trained now if no weights file exists)."""
+    if config.weights is not None:
+        path = Path(config.weights)
+    else:
+        path = Path(str(resources.files("recperf").joinpath(BUNDLED_WEIGHTS)))
+    key = str(path)
+    if key not in _CACHE:
+        if path.exists():
+            _CACHE[key] = dqn.load(path)[0]
+        elif config.pretrain_episodes > 0:
+            return dqn.pretrain(config.pretrain_episodes, seed)[0]
+        else:
+            raise ConfigError(f"{path}: no intune weights (run `recperf ingest pretrain`)")
+    return copy.deepcopy(_CACHE[key])
+
+
+def _confirm_order(log: TuneLog) -> list[Allocation]:
+    """The two best allocations by mean measured throughput."""
+    seen = {s.allocation for s in log.history}
+    ranked = sorted(seen, key=lambda a: (-log.mean_throughput(a), a.total))
+    return ranked[:2]
+
+
+@TUNERS.register("intune")
+class Intune:
+    """Masked epsilon-greedy DQN over the IngestEnv action space, fine-tuned while it tunes."""
+
+    name: str = "intune"
+    Config = IntuneConfig
+
+    def __init__(self, config: IntuneConfig | None = None) -> None:
+        self.config = config or IntuneConfig()
+
+    def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
+        with dqn.one_thread():
+            return self._tune(target, budget_s, seed)
+
+    def _confirm(self, log: TuneLog) -> None:
+        """Spend the remaining windows re-measuring the current top two allocations."""
+        while log.can_measure():
+            top = _confirm_order(log)
+            counts = [sum(s.allocation == a for s in log.history) for a in top]
+            if log.measure(top[counts.index(min(counts))]) is None:
+                break
+
+    def _tune(self, target: Target, budget_s: float, seed: int) -> TuneResult:
+        cfg = self.config
+        torch.manual_seed(seed)
+        rng = np.random.default_rng(seed)
+        log = TuneLog(target, budget_s, cfg.window_s)
+        m = log.measure(even_split(target))
+        if m is None:
+            return log.result(self.name)
+        agent = _Online(cfg, log, dqn.Learner(dqn.DQNConfig(lr=cfg.lr), rng, load_net(cfg, seed)))
+        agent.reset(m)
+        refusals = stale = 0
+        best = log.best()
+        explore_s = budget_s - cfg.confirm * log.window_s
+        while log.spent_s() + log.window_s <= explore_s + 1e-9 and refusals < 3:
+            eps = cfg.epsilon * max(0.0, 1 - log.spent_s() / budget_s)
+            if stale >= cfg.restart_after and best != agent.m.allocation:
+                jumped = log.measure(best)  # a new online episode, from the best so far
+                if jumped is not None:
+                    agent.reset(jumped)
+            else:
+                explore = stale >= cfg.restart_after or rng.random() < eps
+                refusals = 0 if agent.step(explore) else refusals + 1
+            stale = 0 if stale >= cfg.restart_after else stale
+            now = log.best()
+            stale = 0 if now != best else stale + 1
+            best = now
+        self._confirm(log)
+        return log.result(self.name)
+
+
+class _Online:
+    """The agent's view of the target during online fine-tuning: last measurement,
+    observation, mask, and the learner it feeds transitions to."""
+
+    def __init__(self, cfg: IntuneConfig, log: TuneLog, learner: dqn.Learner) -> None:
+        self.cfg = cfg
+        self.log = log
+        self.learner = learner
+        self.ctx = ienv.Context.of(log.target)
+
+    def reset(self, m: Measurement) -> None:
+        self.m = m
+        self.bound = self.ctx.bound(measured_costs(self.log.measurements[-8:]))
+        self.obs = ienv.observe(self.ctx, m, self.bound)
+        self.mask = ienv.action_mask(self.ctx, m.allocation.workers, m.cost_us_per_row)
+
+    def step(self, explore: bool) -> bool:
+        """One masked epsilon-greedy action, measured and learned from; False if refused."""
+        if explore:
+            a = int(self.learner.rng.choice(np.flatnonzero(self.mask)))
+        else:
+            a = self.learner.act_greedy(self.obs, self.mask)
+        new = ienv.apply(self.ctx, self.m.allocation.workers, a, self.m.cost_us_per_row)
+        m2 = None if new is None else self.log.measure(Allocation(workers=new))
+        obs = self.obs
+        if m2 is not None:
+            self.reset(m2)
+        r = ienv.reward(self.m, self.bound, self.ctx, m2 is None, self.cfg.penalty)
+        self.learner.add(obs, a, r, self.obs, self.mask)
+        for _ in range(self.cfg.updates_per_step):
+            self.learner.update()
+        return m2 is not None

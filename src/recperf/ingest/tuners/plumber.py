@@ -1,0 +1,61 @@
+"""The ``plumber`` tuner (after Kuchnik et al., MLSys 2022): measure each stage's CPU cost per
+row, solve the resource LP for the core split, round it to integer workers, measure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from recperf.core.config import check_range
+from recperf.ingest import sim
+from recperf.ingest.tuners.base import TUNERS, Target, TuneLog, TuneResult, check_window
+from recperf.ingest.tuners.model import measured_costs, model_spec
+from recperf.ingest.tuners.static import even_split
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PlumberConfig:
+    """Options of the plumber tuner."""
+
+    window_s: float = 1.0
+    """Length of each measurement window, seconds."""
+    oversubscribe: float = 4.0
+    """Most workers per uncapped stage as a multiple of the cores (1..16): the LP's fractional
+    core shares are realised by letting the OS time-share rounded-up workers."""
+    refine: bool = True
+    """Re-estimate costs at the first solution and solve once more."""
+
+    def __post_init__(self) -> None:
+        check_window("window_s", self.window_s)
+        check_range("oversubscribe", self.oversubscribe, 1.0, 16.0)
+
+
+@TUNERS.register("plumber")
+class Plumber:
+    """Cost measurement, LP, rounding; one optional refinement."""
+
+    name: str = "plumber"
+    Config = PlumberConfig
+
+    def __init__(self, config: PlumberConfig | None = None) -> None:
+        self.config = config or PlumberConfig()
+
+    def _solve(self, target: Target, costs: list[float]) -> sim.Allocation:
+        spec = model_spec(target, costs, name="plumber")
+        # The LP's optimum (sim.lp_bound) rounded the exact way: the least integer workers that
+        # reach each candidate rate, best feasible one kept (sim.oracle on the measured model).
+        limit = max(1, round(self.config.oversubscribe * target.cores))
+        return sim.oracle(spec, worker_limit=limit)
+
+    def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
+        log = TuneLog(target, budget_s, self.config.window_s)
+        first = log.measure(even_split(target))
+        if first is None:
+            return log.result(self.name)
+        costs = measured_costs([first])
+        alloc = self._solve(target, costs)
+        m = log.measure(alloc)
+        if m is not None and self.config.refine:
+            refined = self._solve(target, measured_costs([first, m]))
+            if refined != alloc:
+                log.measure(refined)
+        return log.result(self.name)
