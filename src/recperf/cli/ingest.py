@@ -1,4 +1,5 @@
-"""``recperf ingest``: generate and read Criteo-format DLRM training data."""
+"""``recperf ingest``: generate Criteo-format data, run and tune the live ingestion pipeline,
+simulate tuners on a pipeline model."""
 
 from __future__ import annotations
 
@@ -6,13 +7,17 @@ import time
 from pathlib import Path
 
 import typer
+from rich.table import Table
 
 from recperf.cli.common import err_console, one_line_errors
 from recperf.core.progress import progress_bar
 from recperf.core.results import dumps_json
+from recperf.ingest.batch import PipelineConfig
 from recperf.ingest.criteo import FORMATS, GenerateConfig, generate
 
-app = typer.Typer(help="DLRM training-data ingestion: Criteo-format data.", no_args_is_help=True)
+app = typer.Typer(
+    help="DLRM training-data ingestion: data, the live pipeline, tuners.", no_args_is_help=True
+)
 
 
 @app.command("generate")
@@ -95,4 +100,119 @@ def pretrain_cmd(
     err_console.print(
         f"pretrained {episodes} episodes in {meta['wall_s']:.1f} s "
         f"(last-100 mean fraction of bound {meta['final_fraction_last100']:.3f}); wrote {out}"
+    )
+
+
+def _pipeline_config(
+    batch_size: int,
+    downsample_rate: float | None,
+    shuffle_window: int,
+    queue_batches: int,
+    memory_budget_gib: float,
+    seed: int,
+) -> PipelineConfig:
+    return PipelineConfig(
+        batch_size=batch_size,
+        downsample_rate=downsample_rate,
+        shuffle_window=shuffle_window,
+        queue_batches=queue_batches,
+        memory_budget_gib=memory_budget_gib,
+        seed=seed,
+    )
+
+
+_DATA = typer.Option(..., help="Criteo data: a Parquet / TSV(.gz) file or a directory of shards.")
+_BATCH = typer.Option(4096, "--batch-size", help="Rows per batch.")
+_DOWNSAMPLE = typer.Option(None, help="Keep this share of negative rows (adds the stage).")
+_WINDOW = typer.Option(8, help="Batches a shuffle task mixes; 0 drops the shuffle stage.")
+_QUEUE = typer.Option(4, help="Batches buffered before each stage.")
+_MEMORY = typer.Option(4.0, help="Memory budget for workers plus buffers, GiB.")
+_SEED = typer.Option(0, help="Seeds the read order, shuffle, downsampling and the tuner.")
+_CORES = typer.Option(None, help="Cores to share among the stages (default: all).")
+
+
+@app.command("run")
+@one_line_errors
+def run_cmd(
+    data: Path = _DATA,
+    alloc: str = typer.Option("even", help="'even' or an allocation TOML from `ingest tune`."),
+    batch_size: int = _BATCH,
+    seconds: float = typer.Option(10.0, help="Seconds to measure (after a 1 s warm-up)."),
+    downsample_rate: float | None = _DOWNSAMPLE,
+    shuffle_window: int = _WINDOW,
+    queue_batches: int = _QUEUE,
+    memory_budget_gib: float = _MEMORY,
+    seed: int = _SEED,
+    cores: int | None = _CORES,
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Run the live pipeline with a fixed allocation and report throughput per stage."""
+    from recperf.ingest import api
+
+    cfg = _pipeline_config(
+        batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed
+    )
+    with progress_bar(f"running the pipeline for {seconds:g} s") as bar:
+        out = api.run(data, alloc, cfg, seconds, cores=cores, progress=bar)
+    if json_out:
+        typer.echo(dumps_json(out), nl=False)
+    table = Table(title=f"{out['throughput_rows_per_s']:,.0f} rows/s over {out['seconds']:.1f} s")
+    for col in ("stage", "workers", "rows/s", "busy", "queue fill", "CPU µs/row"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for s in out["per_stage"]:
+        cost = "-" if s["cost_us_per_row"] is None else f"{s['cost_us_per_row']:.2f}"
+        table.add_row(s["stage"], str(s["workers"]), f"{s['rows_per_s']:,.0f}",
+                      f"{s['busy_frac']:.0%}", f"{s['queue_fill']:.0%}", cost)  # fmt: skip
+    err_console.print(table)
+    err_console.print(
+        f"peak memory {out['peak_memory_bytes'] / 2**20:,.0f} MiB of "
+        f"{out['memory_budget_bytes'] / 2**20:,.0f} MiB; {out['restarts']} worker restarts",
+        highlight=False,
+    )
+
+
+@app.command("tune")
+@one_line_errors
+def tune_cmd(
+    data: Path = _DATA,
+    tuner: str = typer.Option("intune", help="static, autotune, plumber, intune, oracle, or M:A."),
+    budget_s: float = typer.Option(60.0, help="Seconds of live tuning."),
+    out: Path = typer.Option(..., help="Directory for allocation.toml, summary.json, ..."),
+    batch_size: int = _BATCH,
+    downsample_rate: float | None = _DOWNSAMPLE,
+    shuffle_window: int = _WINDOW,
+    queue_batches: int = _QUEUE,
+    memory_budget_gib: float = _MEMORY,
+    seed: int = _SEED,
+    cores: int | None = _CORES,
+    warmup_s: float = typer.Option(2.0, help="Seconds of running before tuning starts."),
+    final_s: float = typer.Option(4.0, help="Seconds measuring the chosen allocation."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Tune the live pipeline's workers per stage; write the allocation `run --alloc` reads."""
+    from recperf.ingest import api
+    from recperf.ingest.tuners.base import Measurement
+
+    cfg = _pipeline_config(
+        batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed
+    )
+
+    def show(m: Measurement) -> None:
+        err_console.print(
+            f"  {list(m.allocation.workers)}: {m.throughput_rows_per_s:,.0f} rows/s",
+            highlight=False,
+        )
+
+    summary = api.tune(
+        data, tuner, budget_s, cfg, out, seed=seed, cores=cores, warmup_s=warmup_s,
+        final_s=final_s, on_measure=show,
+    )  # fmt: skip
+    if json_out:
+        typer.echo(dumps_json(summary), nl=False)
+    err_console.print(
+        f"{tuner}: {summary['allocation']} -> {summary['throughput_rows_per_s']:,.0f} rows/s = "
+        f"{summary['fraction_of_bound']:.2f} of the bound {summary['bound_rows_per_s']:,.0f} "
+        f"(from measured stage costs) after {summary['tuning_s']:.0f} s; wrote "
+        f"{out / 'allocation.toml'}",
+        highlight=False,
     )

@@ -3,6 +3,7 @@ action and mask encoding that the ``intune`` tuner shares with it on any Target.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,14 +16,21 @@ from recperf.core.errors import ConfigError
 from recperf.ingest import sim_target
 from recperf.ingest.sim import Allocation, PipelineSpec, StageSpec, load_spec, lp_bound
 from recperf.ingest.tuners.base import Measurement, Target, unit_memory
+from recperf.ingest.tuners.model import measured_costs
 
 MAX_STAGES = 8
 STAGE_FEATURES = 6  # present, busy, queue fill, cpu share, memory share, cost share
-GLOBAL_FEATURES = 5  # workers/cores, memory/budget, throughput/bound, contention, stages/8
+# workers/cores, memory/budget, throughput/bound, contention, stages/8, modelled throughput of
+# the current allocation / bound, best modelled throughput / bound
+GLOBAL_FEATURES = 7
 OBS_SIZE = MAX_STAGES * STAGE_FEATURES + GLOBAL_FEATURES
 N_STEPS = 3  # move sizes: 1, cores/16, cores/4 workers
-KINDS = ("move0", "move1", "move2", "add0", "add1", "add2", "remove", "grow", "shrink", "noop")
+KINDS = ("move0", "move1", "move2", "add0", "add1", "add2", "remove", "grow", "shrink",
+         "fitnow", "fit1", "fit2", "fit4", "fitbest", "noop")  # fmt: skip
 GROW, SHRINK = 1.25, 0.8  # scale the total workers, placed in proportion to per-row cost
+FIT_NOW, FIT_BEST, NOOP_KIND = 9, 13, 14
+FIT_TOTALS = {10: 1, 11: 2, 12: 4}  # fit kind -> total workers as a multiple of the cores
+COST_WINDOW = 32  # recent measurements whose per-row costs are averaged for the fit actions
 OBS_HIGH = 16.0
 
 
@@ -39,7 +47,9 @@ def _actions() -> list[tuple[int, int, int]]:
     out += [(N_STEPS + k, -1, j) for k in range(N_STEPS) for j in range(MAX_STAGES)]
     out += [(6, i, -1) for i in range(MAX_STAGES)]  # remove a worker from stage i
     out += [(7, -1, -1), (8, -1, -1)]  # grow / shrink the total, split in proportion to cost
-    out.append((9, -1, -1))
+    # re-fit the workers to the measured costs (at the current total, 1, 2 or 4 x cores, or the
+    # total the cost model rates best), then no-op
+    out += [(k, -1, -1) for k in range(FIT_NOW, NOOP_KIND + 1)]
     return out
 
 
@@ -105,21 +115,82 @@ def rescale(workers: Sequence[int], costs: Sequence[float], factor: float) -> li
     return [max(1, rnd(share * c - 1e-9 if factor > 1 else share * c + 1e-9)) for c in costs]
 
 
+def modelled(ctx: Context, workers: Sequence[int], costs: Sequence[float]) -> float:
+    """Rows/s the cost model predicts for ``workers``: the slowest stage's capacity, scaled by
+    cores / workers when the workers outnumber the cores (as sim.PipelineSpec.throughput)."""
+    rate = min(
+        (w if cap is None else min(w, cap)) / c
+        for w, cap, c in zip(workers, ctx.caps, costs, strict=True)
+    )
+    return rate * 1e6 * min(1.0, ctx.cores / sum(workers))
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The cost model's allocations for every total: ``plan[k]`` has n + k workers, each added
+    to the stage with the lowest modelled rate w / c (which maximises the slowest stage at every
+    total), stopping at a capped bottleneck, the memory budget or max_total; ``best`` indexes
+    the plan entry with the highest modelled throughput (fewest workers on ties)."""
+
+    plan: tuple[tuple[int, ...], ...]
+    best: int
+
+
+@functools.lru_cache(maxsize=128)
+def fit(ctx: Context, costs: tuple[float, ...]) -> Fit:
+    """The greedy plan of ``Fit`` for per-row ``costs`` (µs/row per stage, all > 0)."""
+    w = [1] * ctx.n
+    plan = [tuple(w)]
+    mem = ctx.base_bytes
+    best, best_t = 0, modelled(ctx, w, costs)
+    while sum(w) < max_total(ctx.cores, ctx.n):
+        i = min(range(ctx.n), key=lambda j: (w[j] / costs[j], -costs[j]))
+        cap = ctx.caps[i]
+        mem += ctx.per_worker_bytes[i]
+        if (cap is not None and w[i] >= cap) or mem > ctx.budget_bytes * (1 + 1e-9):
+            break  # the bottleneck cannot grow: more workers elsewhere only add contention
+        w[i] += 1
+        plan.append(tuple(w))
+        t = modelled(ctx, w, costs)
+        if t > best_t * (1 + 1e-9):
+            best, best_t = len(plan) - 1, t
+    return Fit(plan=tuple(plan), best=best)
+
+
+def _fitted(ctx: Context, workers: Sequence[int], kind: int, costs: Sequence[float]) -> list[int]:
+    f = fit(ctx, tuple(costs))
+    if kind == FIT_BEST:
+        return list(f.plan[f.best])
+    total = sum(workers) if kind == FIT_NOW else FIT_TOTALS[kind] * ctx.cores
+    return list(f.plan[min(max(total - ctx.n, 0), len(f.plan) - 1)])
+
+
+def _valid_costs(costs: Sequence[float] | None) -> bool:
+    return costs is not None and all(math.isfinite(c) and c > 0 for c in costs)
+
+
 def apply(
     ctx: Context, workers: Sequence[int], action: int, costs: Sequence[float] | None = None
 ) -> tuple[int, ...] | None:
-    """The workers after ``action``, or None if it is invalid (cap, memory, < 1, total).
+    """The workers after ``action``, or None if it is invalid (cap, memory, < 1, total, or a
+    re-fit that changes nothing).
 
-    ``costs`` (measured µs/row per stage) place grow / shrink; without them those scale each
-    stage's own workers."""
+    ``costs`` (measured µs/row per stage) place grow / shrink and the re-fits; without them
+    grow / shrink scale each stage's own workers and the re-fits are invalid."""
     kind, src, dst = ACTIONS[action]
-    if kind == 9:
+    if kind == NOOP_KIND:
         return tuple(workers)
     if max(src, dst) >= ctx.n:
         return None
-    if kind in (7, 8):
+    if FIT_NOW <= kind <= FIT_BEST:
+        if costs is None or not _valid_costs(costs):
+            return None
+        w = _fitted(ctx, workers, kind, costs)
+        if w == list(workers):
+            return None
+    elif kind in (7, 8):
         factor = GROW if kind == 7 else SHRINK
-        if costs is not None and all(math.isfinite(c) and c > 0 for c in costs):
+        if costs is not None and _valid_costs(costs):
             w = rescale(workers, costs, factor)
         else:
             w = [max(1, (math.ceil if kind == 7 else math.floor)(x * factor)) for x in workers]
@@ -149,11 +220,22 @@ def action_mask(
     return np.array([apply(ctx, workers, a, costs) is not None for a in range(N_ACTIONS)], np.int8)
 
 
-def observe(ctx: Context, m: Measurement, bound: float) -> np.ndarray:
-    """Fixed-size observation of one measurement, padded to MAX_STAGES stages."""
+def observe(
+    ctx: Context, m: Measurement, bound: float, costs: Sequence[float] | None = None
+) -> np.ndarray:
+    """Fixed-size observation of one measurement, padded to MAX_STAGES stages.
+
+    ``costs``: the per-row cost estimate (default: this measurement's own), for the cost
+    shares and the modelled throughputs of the current and of the best re-fit allocation."""
     w = m.allocation.workers
-    costs = [c if math.isfinite(c) else 0.0 for c in m.cost_us_per_row]
+    raw = m.cost_us_per_row if costs is None else costs
+    costs = [c if math.isfinite(c) else 0.0 for c in raw]
     total_cost = sum(costs) or 1.0
+    now = best = 0.0
+    if _valid_costs(costs):
+        f = fit(ctx, tuple(costs))
+        now = modelled(ctx, w, costs) / bound
+        best = modelled(ctx, f.plan[f.best], costs) / bound
     x = np.zeros(OBS_SIZE, np.float32)
     for i in range(ctx.n):
         x[i * STAGE_FEATURES : (i + 1) * STAGE_FEATURES] = (
@@ -171,6 +253,8 @@ def observe(ctx: Context, m: Measurement, bound: float) -> np.ndarray:
         m.throughput_rows_per_s / bound,
         min(1.0, ctx.cores / total),
         ctx.n / MAX_STAGES,
+        now,
+        best,
     )
     return np.clip(x, 0.0, OBS_HIGH)
 
@@ -242,6 +326,7 @@ class IngestEnv(gym.Env[np.ndarray, np.int64]):
         self.target: sim_target.SimTarget | None = None
         self._ctx: Context | None = None
         self._last: Measurement | None = None
+        self._seen: list[Measurement] = []
         self._bound = 1.0
         self._t = 0
 
@@ -257,7 +342,17 @@ class IngestEnv(gym.Env[np.ndarray, np.int64]):
     def action_mask(self) -> np.ndarray:
         if self._last is None or self._ctx is None:
             raise ConfigError("call reset() before action_mask()")
-        return action_mask(self._ctx, self._last.allocation.workers, self._last.cost_us_per_row)
+        return action_mask(self._ctx, self._last.allocation.workers, self.costs())
+
+    def costs(self) -> tuple[float, ...]:
+        """Per-row costs averaged over the episode's last COST_WINDOW measurements."""
+        return tuple(measured_costs(self._seen[-COST_WINDOW:]))
+
+    def _measure(self, workers: tuple[int, ...]) -> Measurement:
+        assert self.target is not None
+        self._last = self.target.measure(Allocation(workers=workers))
+        self._seen.append(self._last)
+        return self._last
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -271,9 +366,14 @@ class IngestEnv(gym.Env[np.ndarray, np.int64]):
         )
         self._ctx = Context.of(self.target)
         self._bound = lp_bound(spec).throughput_rows_per_s
-        self._last = self.target.measure(even_split(self.target))
+        self._seen = []
+        self._measure(even_split(self.target).workers)
         self._t = 0
-        return observe(self._ctx, self._last, self._bound), self._info()
+        return self._observe(), self._info()
+
+    def _observe(self) -> np.ndarray:
+        assert self._ctx is not None and self._last is not None
+        return observe(self._ctx, self._last, self._bound, self.costs())
 
     def step(self, action: np.int64 | int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self.target is None or self._ctx is None or self._last is None:
@@ -281,13 +381,12 @@ class IngestEnv(gym.Env[np.ndarray, np.int64]):
         a = int(action)
         if not 0 <= a < N_ACTIONS:
             raise ConfigError(f"action {a} is outside 0..{N_ACTIONS - 1}")
-        new = apply(self._ctx, self._last.allocation.workers, a, self._last.cost_us_per_row)
+        new = apply(self._ctx, self._last.allocation.workers, a, self.costs())
         refused = new is None
-        if new is not None:
-            self._last = self.target.measure(Allocation(workers=new))
-        r = reward(self._last, self._bound, self._ctx, refused, self.penalty)
+        last = self._last if new is None else self._measure(new)
+        r = reward(last, self._bound, self._ctx, refused, self.penalty)
         self._t += 1
-        obs = observe(self._ctx, self._last, self._bound)
+        obs = self._observe()
         return obs, float(r), False, self._t >= self.episode_steps, self._info()
 
 

@@ -5,6 +5,7 @@ the target it tunes; it keeps the best allocation it measured."""
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -56,6 +57,9 @@ class IntuneConfig:
     confirm: int = 4
     """Final windows spent re-measuring the two best allocations, so that noise does not pick
     the winner (0..100)."""
+    prior_windows: float = 8.0
+    """Most weight, in windows, of the cost model's prediction when the final choice ranks the
+    measured allocations (see ``scores``; 0: measured means only), 0..1000."""
 
     def __post_init__(self) -> None:
         check_window("window_s", self.window_s)
@@ -66,6 +70,7 @@ class IntuneConfig:
         check_range("penalty", self.penalty, 0.0, None)
         check_range("restart_after", self.restart_after, 1, 1000)
         check_range("confirm", self.confirm, 0, 100)
+        check_range("prior_windows", self.prior_windows, 0.0, 1000.0)
 
 
 def load_net(config: IntuneConfig, seed: int) -> dqn.QNet:
@@ -85,11 +90,42 @@ def load_net(config: IntuneConfig, seed: int) -> dqn.QNet:
     return copy.deepcopy(_CACHE[key])
 
 
-def _confirm_order(log: TuneLog) -> list[Allocation]:
-    """The two best allocations by mean measured throughput."""
-    seen = {s.allocation for s in log.history}
-    ranked = sorted(seen, key=lambda a: (-log.mean_throughput(a), a.total))
-    return ranked[:2]
+def scores(log: TuneLog, ctx: ienv.Context, prior_windows: float) -> dict[Allocation, float]:
+    """Each measured allocation's mean throughput, shrunk toward the cost model's prediction.
+
+    The model (ienv.modelled on the costs averaged over every window, times the median ratio
+    of measured to modelled throughput) counts as k windows, k = noise variance / model-error
+    variance (empirical Bayes on log throughput, at most ``prior_windows``): an exact model
+    outweighs a few noisy windows, a poor one (large spread of the allocations' means around
+    it beyond the noise) barely counts."""
+    groups: dict[tuple[int, ...], list[float]] = {}
+    for m in log.measurements:
+        groups.setdefault(m.allocation.workers, []).append(
+            math.log(max(m.throughput_rows_per_s, 1e-9))
+        )
+    means = {w: float(np.mean(v)) for w, v in groups.items()}
+    k = 0.0
+    costs = measured_costs(log.measurements)
+    if prior_windows > 0 and all(c > 0 and math.isfinite(c) for c in costs):
+        pred = {w: math.log(max(ienv.modelled(ctx, w, costs), 1e-9)) for w in groups}
+        shift = float(np.median([y - pred[w] for w, v in groups.items() for y in v]))
+        resid = [(means[w] - pred[w] - shift) ** 2 for w in groups]
+        dof = sum(len(v) - 1 for v in groups.values())
+        noise = sum(float(np.sum((np.array(v) - means[w]) ** 2)) for w, v in groups.items())
+        if dof > 0:
+            var = noise / dof
+            inv_n = float(np.mean([1 / len(v) for v in groups.values()]))
+            model_var = max(float(np.mean(resid)) - var * inv_n, 1e-12)
+            k = min(prior_windows, var / model_var)
+        for w, v in groups.items():
+            means[w] = (len(v) * means[w] + k * (pred[w] + shift)) / (len(v) + k)
+    return {Allocation(workers=w): math.exp(x) for w, x in means.items()}
+
+
+def ranked(log: TuneLog, ctx: ienv.Context, prior_windows: float) -> list[Allocation]:
+    """Measured allocations, best ``scores`` first (ties: fewer workers)."""
+    sc = scores(log, ctx, prior_windows)
+    return sorted(sc, key=lambda a: (-sc[a], a.total, a.workers))
 
 
 @TUNERS.register("intune")
@@ -106,13 +142,16 @@ class Intune:
         with dqn.one_thread():
             return self._tune(target, budget_s, seed)
 
-    def _confirm(self, log: TuneLog) -> None:
-        """Spend the remaining windows re-measuring the current top two allocations."""
+    def _confirm(self, log: TuneLog, ctx: ienv.Context) -> Allocation:
+        """Spend the remaining windows re-measuring the current top two allocations; the
+        final choice."""
+        prior = self.config.prior_windows
         while log.can_measure():
-            top = _confirm_order(log)
+            top = ranked(log, ctx, prior)[:2]
             counts = [sum(s.allocation == a for s in log.history) for a in top]
             if log.measure(top[counts.index(min(counts))]) is None:
                 break
+        return ranked(log, ctx, prior)[0]
 
     def _tune(self, target: Target, budget_s: float, seed: int) -> TuneResult:
         cfg = self.config
@@ -140,8 +179,7 @@ class Intune:
             now = log.best()
             stale = 0 if now != best else stale + 1
             best = now
-        self._confirm(log)
-        return log.result(self.name)
+        return log.result(self.name, self._confirm(log, agent.ctx))
 
 
 class _Online:
@@ -156,9 +194,12 @@ class _Online:
 
     def reset(self, m: Measurement) -> None:
         self.m = m
-        self.bound = self.ctx.bound(measured_costs(self.log.measurements[-8:]))
-        self.obs = ienv.observe(self.ctx, m, self.bound)
-        self.mask = ienv.action_mask(self.ctx, m.allocation.workers, m.cost_us_per_row)
+        # per-row costs are properties of the stages, not of the allocation: averaging the
+        # recent windows (as the env does) keeps the re-fits steady under measurement noise
+        self.costs = measured_costs(self.log.measurements[-ienv.COST_WINDOW :])
+        self.bound = self.ctx.bound(self.costs)
+        self.obs = ienv.observe(self.ctx, m, self.bound, self.costs)
+        self.mask = ienv.action_mask(self.ctx, m.allocation.workers, self.costs)
 
     def step(self, explore: bool) -> bool:
         """One masked epsilon-greedy action, measured and learned from; False if refused."""
@@ -166,7 +207,7 @@ class _Online:
             a = int(self.learner.rng.choice(np.flatnonzero(self.mask)))
         else:
             a = self.learner.act_greedy(self.obs, self.mask)
-        new = ienv.apply(self.ctx, self.m.allocation.workers, a, self.m.cost_us_per_row)
+        new = ienv.apply(self.ctx, self.m.allocation.workers, a, self.costs)
         m2 = None if new is None else self.log.measure(Allocation(workers=new))
         obs = self.obs
         if m2 is not None:

@@ -1,0 +1,78 @@
+"""``recperf ingest run`` and ``recperf ingest tune``: the JSON contract, files, and errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from recperf.cli.main import app
+from recperf.ingest.criteo import GenerateConfig, generate
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cli-live")
+    generate(GenerateConfig(rows=15_000, shards=2, seed=2), out)
+    return out
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    res = runner.invoke(app, list(args))
+    return res.exit_code, res.stdout, res.stderr
+
+
+def test_tune_then_run_with_the_tuned_allocation(data: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tuned"
+    code, stdout, _ = invoke("ingest", "tune", "--data", str(data), "--tuner", "static",
+                             "--budget-s", "1.5", "--out", str(out), "--batch-size", "1000",
+                             "--warmup-s", "0.3", "--final-s", "0.5", "--json")  # fmt: skip
+    assert code == 0
+    summary = json.loads(stdout)
+    assert summary == json.loads((out / "summary.json").read_text())
+    assert summary["allocation"] == {"read": 1, "dense": 1, "sparse": 1, "shuffle": 1,
+                                     "collate": 1}  # fmt: skip
+    assert summary["throughput_rows_per_s"] > 0
+    assert 0 < summary["fraction_of_bound"] <= 1.5
+    code, stdout, stderr = invoke("ingest", "run", "--data", str(data), "--alloc",
+                                  str(out / "allocation.toml"), "--batch-size", "1000",
+                                  "--seconds", "0.5", "--json")  # fmt: skip
+    assert code == 0, stderr
+    ran = json.loads(stdout)
+    assert ran["allocation"] == summary["allocation"]
+    assert ran["throughput_rows_per_s"] > 0 and ran["batch_size"] == 1000
+    assert "rows/s" in stderr
+
+
+def test_run_with_downsampling_has_six_stages(data: Path) -> None:
+    args = ["--seconds", "0.5", "--downsample-rate", "0.5", "--batch-size", "1000", "--json"]
+    code, stdout, stderr = invoke("ingest", "run", "--data", str(data), *args)
+    assert code == 0, stderr
+    assert [s["stage"] for s in json.loads(stdout)["per_stage"]] == [
+        "read", "dense", "sparse", "downsample", "shuffle", "collate"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--alloc", "nope.toml"], "--alloc nope.toml"),
+        (["--batch-size", "0"], "batch_size"),
+        (["--downsample-rate", "1.5"], "downsample_rate"),
+        (["--memory-budget-gib", "0.01"], "over memory_budget_gib"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(data: Path, args: list[str], message: str) -> None:
+    code, _, stderr = invoke("ingest", "run", "--data", str(data), "--seconds", "1", *args)
+    assert code == 2
+    assert message in stderr and "Traceback" not in stderr
+
+
+def test_unknown_tuner_is_refused(data: Path, tmp_path: Path) -> None:
+    code, _, stderr = invoke("ingest", "tune", "--data", str(data), "--tuner", "bogus",
+                             "--out", str(tmp_path))  # fmt: skip
+    assert code == 2 and "bogus" in stderr
+    assert not (tmp_path / "summary.json").exists()
