@@ -9,6 +9,7 @@ from gymnasium.utils.env_checker import check_env
 
 from recperf.ingest import env as ienv
 from recperf.ingest.sim import lp_bound
+from recperf.ingest.sim import oracle as sim_oracle
 
 
 @pytest.mark.parametrize("spec", [None, "criteo-16", "udf-64", "membound-128"])
@@ -99,3 +100,40 @@ def test_grow_places_workers_in_proportion_to_cost() -> None:
         2,
     ]  # floor(18.4 * c_i / 15.8), at least 1
     assert env.step(shrink)[4]["allocation"] == (4, 1, 7, 1, 1, 2)
+
+
+def test_fit_actions_follow_the_measured_costs() -> None:
+    env = ienv.IngestEnv("criteo-16", noise=0.0)
+    _, info = env.reset(seed=0)
+    spec = env.fixed
+    assert spec is not None and env._ctx is not None
+    costs = env.costs()
+    assert costs == pytest.approx(spec.row_costs_us())
+    fit = ienv.fit(env._ctx, costs)
+    # every plan entry adds one worker to the slowest stage, so each maximises min w / c
+    assert [sum(w) for w in fit.plan] == list(range(6, ienv.max_total(16, 6) + 1))
+    assert fit.plan[fit.best] == sim_oracle(spec).workers  # the exact optimum within 4 x cores
+    kind = {k: ienv.ACTIONS.index((k, -1, -1)) for k in range(ienv.FIT_NOW, ienv.FIT_BEST + 1)}
+    # the even split already has 16 workers: fitting at the current total equals fit1
+    now = ienv.apply(env._ctx, info["allocation"], kind[ienv.FIT_NOW], costs)
+    assert now == ienv.apply(env._ctx, info["allocation"], kind[10], costs) == fit.plan[10]
+    assert sum(ienv.apply(env._ctx, info["allocation"], kind[11], costs) or ()) == 32
+    info = env.step(kind[ienv.FIT_BEST])[4]
+    assert info["allocation"] == (17, 7, 25, 2, 4, 9)
+    assert info["throughput_rows_per_s"] / info["lp_bound_rows_per_s"] == pytest.approx(0.9875)
+    # at the best fit, re-fitting to it changes nothing (masked); without costs no fit is valid
+    assert env.action_mask()[kind[ienv.FIT_BEST]] == 0
+    assert ienv.apply(env._ctx, (3, 3, 3, 3, 2, 2), kind[ienv.FIT_BEST], None) is None
+
+
+def test_fit_stops_at_a_capped_bottleneck_and_the_memory_budget() -> None:
+    for name in ("udf-64", "membound-128"):
+        env = ienv.IngestEnv(name, noise=0.0)
+        env.reset(seed=0)
+        spec = env.fixed
+        assert spec is not None and env._ctx is not None
+        fit = ienv.fit(env._ctx, env.costs())
+        last = fit.plan[-1]
+        assert spec.memory_bytes(last) <= spec.memory_budget_gib * 2**30
+        assert sum(last) < 4 * spec.cores  # stopped early: the cap (udf) or memory binds
+        assert fit.plan[fit.best] == sim_oracle(spec).workers

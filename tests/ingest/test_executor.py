@@ -46,7 +46,7 @@ def reference(data: Path, rate: float | None = None, seed: int = 0) -> dict[str,
     cols = st.sparse_transform(st.dense_transform(st.decode(batch, 0)))
     if rate is not None:
         cols = st.downsample(cols, rate, seed)
-    ids = np.where(cols["present"], cols["ids"], -1)
+    ids = np.where(cols["present"], cols["ids"], -1).astype(np.int64)
     return {"row_id": cols["row_id"], "label": cols["label"].astype(np.float32),
             "dense": cols["dense"], "ids": ids}  # fmt: skip
 

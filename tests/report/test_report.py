@@ -41,6 +41,9 @@ EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 EVIL_DOM = "<script>document.body.dataset.pwned='yes'</script>"
 FIGURE_PARTS = ("jct-cdf", "util", "makespan", "jct-mean")
 NETSENS_PARTS = ("jct-cdf", "makespan", "jct-mean", "comm")
+# The ingestion section's figures: one line per simulated spec, one split, two live.
+INGEST_QUICK_FIGURES = 4
+INGEST_FULL_FIGURES = 6
 CELLS = list(itertools.product(ns.SCHEDULERS, ns.CONGESTION))
 
 
@@ -113,12 +116,15 @@ def test_report_has_every_figure_and_inline_plotly(
         assert f'<div class="rp-figure" id="cluster-0-tiresias-480-{part}"' in page
     for part in NETSENS_PARTS:
         assert f'<div class="rp-figure" id="netsens-{part}"' in page
-    assert page.count('class="rp-figure"') == len(FIGURE_PARTS) + len(NETSENS_PARTS)
+    assert page.count('class="rp-figure"') == (
+        len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_QUICK_FIGURES
+    )
     assert "plotly.js v" in page  # the library itself, inline
     assert not re.search(r"<script[^>]+src=", page)  # nothing fetched from the network
     assert '<a href="#cluster">GPU-cluster scheduling</a>' in page
     assert f'<a href="#netsens">{ns.TITLE}</a>' in page
     assert page.index('<section id="cluster">') < page.index('<section id="netsens">')
+    assert page.index('<section id="netsens">') < page.index('<section id="ingest">')
     assert f"recperf {recperf.__version__}" in page
     for name in SCHEDULERS:
         assert f'<td class="rp-l">{name}</td>' in page
@@ -280,7 +286,9 @@ def test_full_report_covers_both_traces_and_the_congestion_grid(tmp_path: Path) 
     for index, trace in enumerate(("tiresias-480", "helios-500")):  # page order
         for part in FIGURE_PARTS:
             assert f'id="cluster-{index}-{trace}-{part}"' in page
-    assert page.count('class="rp-figure"') == 2 * len(FIGURE_PARTS) + len(NETSENS_PARTS)
+    assert page.count('class="rp-figure"') == (
+        2 * len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_FULL_FIGURES
+    )
     grid = report["sections"]["netsens"]["data"]
     assert (grid["trace"], grid["cluster"]) == ("helios-500", "helios")
     assert sorted((r["scheduler"], r["congestion"]) for r in grid["runs"]) == sorted(CELLS)
@@ -369,10 +377,14 @@ def test_every_figure_draws_in_chromium(
 ) -> None:
     dom = _dump_dom(quick_report[0], tmp_path / "profile")
     drawn, total = _figures_drawn(dom)
-    assert drawn == total == len(FIGURE_PARTS) + len(NETSENS_PARTS)
+    assert drawn == total == len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_QUICK_FIGURES
     assert dom.count('class="main-svg"') >= total
     for part in NETSENS_PARTS:  # each new figure drew its own svg
         div = re.search(rf'<div class="rp-figure[^"]*" id="netsens-{part}".*?</svg>', dom, re.S)
+        assert div is not None and 'class="main-svg"' in div.group(0), part
+    ingest = ("sim-0-criteo-16", "sim-split", "live-throughput", "live-split")
+    for part in ingest:
+        div = re.search(rf'<div class="rp-figure[^"]*" id="ingest-{part}".*?</svg>', dom, re.S)
         assert div is not None and 'class="main-svg"' in div.group(0), part
 
 

@@ -44,6 +44,7 @@ class _Task:
     attempt: int = 0
     window: int = 0
     group: tuple[str, int] | None = None
+    lent: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True, eq=False)
@@ -107,6 +108,9 @@ class Pipeline:
         self._rows_out = 0
         self._batches_out = 0
         self._shm_bytes = 0
+        self._free: list[tuple[str, int]] = []  # spent item files (path, size) to write into
+        self._free_ids = itertools.count()
+        self._pool_cap = 2 * len(self.stage_names) + self.plan.read_task_splits
         self._peak = 0.0
         self._error: BaseException | None = None
         self._closed = False
@@ -149,6 +153,7 @@ class Pipeline:
         item = self.config.batch_size * st.ITEM_BYTES_PER_ROW
         slack = max(1, self.config.shuffle_window) + self.plan.read_task_splits
         items = sum(self._caps[1:]) + slack * len(self.stage_names) + 2 * alloc.total
+        items += 2 * len(self.stage_names) + self.plan.read_task_splits  # the spent-file pool
         workers = sum(w * m for w, m in zip(alloc.workers, self._est_mib, strict=True))
         return workers * MIB + items * item
 
@@ -289,6 +294,7 @@ class Pipeline:
     def _requeue(self, task: _Task) -> None:
         for path in st.SHM_DIR.glob(f"{Path(self._out_prefix(task)).name}-*"):
             st.unlink_quietly(str(path))
+        self._take_back(task)
         self._inflight_out[task.stage] -= len(task.seqs)
         task.attempt += 1
         if task.stage == 0:
@@ -296,6 +302,27 @@ class Pipeline:
             return
         for seq, ref in zip(task.seqs, task.inputs, strict=True):
             self._bufs[task.stage][seq] = ref
+
+    def _take_back(self, task: _Task) -> None:
+        """Lent spent files the task did not write into return to the pool."""
+        for path, size in task.lent:
+            if os.path.exists(path):
+                self._free.append((path, size))
+        task.lent = ()
+
+    def _spend(self, ref: st.ItemRef) -> None:
+        """A consumed item's file joins the pool of files outputs are written into."""
+        self._shm_bytes -= ref.nbytes
+        if len(self._free) >= self._pool_cap:
+            st.unlink_quietly(ref.path)
+            return
+        path = str(st.SHM_DIR / f"{self._prefix}-free-{next(self._free_ids)}")
+        try:
+            os.rename(ref.path, path)
+            size = os.stat(path).st_size  # a reused file may be larger than its last item
+        except FileNotFoundError:
+            return
+        self._free.append((path, size))
 
     def _out_prefix(self, task: _Task) -> str:
         return str(st.SHM_DIR / f"{self._prefix}-{task.stage}-{task.task_id}-{task.attempt}")
@@ -383,10 +410,10 @@ class Pipeline:
         stats.busy_s += wall
         stats.rows += rows_in
         self._inflight_out[w.stage] -= len(task.seqs)
+        self._take_back(task)
         if w.stage > 0:
             for ref in task.inputs:
-                self._shm_bytes -= ref.nbytes
-                st.unlink_quietly(ref.path)
+                self._spend(ref)
         for seq, ref in zip(task.seqs, refs, strict=True):
             self._bufs[w.stage + 1][seq] = ref
             self._shm_bytes += ref.nbytes
@@ -424,9 +451,12 @@ class Pipeline:
             self._inflight_out[task.stage] += len(task.seqs)
             if task.group is not None:
                 w.group = task.group
+            n = min(len(task.seqs), len(self._free))
+            task.lent = tuple(self._free.pop() for _ in range(n))
             msg = TaskMsg(
-                task.task_id, task.attempt, task.inputs, self._out_prefix(task), task.window
-            )
+                task.task_id, task.attempt, task.inputs, self._out_prefix(task), task.window,
+                tuple(p for p, _ in task.lent),
+            )  # fmt: skip
             self._send(w, msg)
 
     def _next_task(self, w: _Worker) -> _Task | None:
@@ -518,10 +548,9 @@ class Pipeline:
                     break
                 self._lock.wait(timeout=0.5)
             self._next_out += 1
-            self._shm_bytes -= ref.nbytes
         batch = Batch.from_columns(st.read_item(ref))
-        st.unlink_quietly(ref.path)
         with self._lock:
+            self._spend(ref)
             self._rows_out += batch.size
             self._batches_out += 1
         return batch
@@ -536,7 +565,7 @@ class Pipeline:
         pss = {pid: _pss_mib(pid) for _, pid, _ in workers}
         with self._lock:
             stages = []
-            total = float(self._shm_bytes)
+            total = float(self._shm_bytes + sum(size for _, size in self._free))
             for s, stats in enumerate(self._stats):
                 mine = [pss[pid] for stg, pid, _ in workers if stg == s]
                 if mine:

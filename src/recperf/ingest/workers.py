@@ -33,6 +33,8 @@ class TaskMsg:
     inputs: tuple[Any, ...]
     out_prefix: str
     window: int = 0
+    reuse: tuple[str, ...] = ()
+    """Spent item files the outputs may be written into (output k into reuse[k])."""
 
 
 def run_task(work: StageWork, msg: TaskMsg, reader: st.SplitReader) -> list[st.Columns]:
@@ -68,7 +70,12 @@ def worker_main(work: StageWork, conn: Connection) -> None:
         cpu0, wall0 = time.process_time(), time.perf_counter()
         try:
             outs = run_task(work, msg, reader)
-            refs = [st.write_item(f"{msg.out_prefix}-{k}", o) for k, o in enumerate(outs)]
+            refs = [
+                st.write_item(
+                    f"{msg.out_prefix}-{k}", o, msg.reuse[k] if k < len(msg.reuse) else None
+                )
+                for k, o in enumerate(outs)
+            ]
             del outs
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             rows = sum(r.rows for r in refs) if work.stage == "read" else None

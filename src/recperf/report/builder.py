@@ -19,10 +19,11 @@ from plotly.offline import get_plotlyjs
 import recperf
 from recperf.core.results import write_json, write_text
 from recperf.report.cluster_section import cluster_section
+from recperf.report.ingest_section import ingest_section
 from recperf.report.netsens_section import netsens_section
 from recperf.report.section import FIGURE_CLASS, Section, SectionBuilder
 
-SECTIONS: tuple[SectionBuilder, ...] = (cluster_section, netsens_section)
+SECTIONS: tuple[SectionBuilder, ...] = (cluster_section, netsens_section, ingest_section)
 """In page order."""
 TEMPLATE = "template.html.j2"
 

@@ -1,0 +1,217 @@
+"""The report's ingestion section: quick build, its numbers equal to the benchmark's judgement
+and to each other, the paragraph computed from them, escaping, and its place in the report."""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from typing import Any
+
+import pytest
+
+from recperf.ingest import sim
+from recperf.ingest.tuning import simulate
+from recperf.report import ingest_section as ing
+from recperf.report.builder import SECTIONS
+from recperf.report.section import Section
+
+EVIL = "<script>alert(1)</script>"
+EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+QUICK_FIGURES = ("sim-0-criteo-16", "sim-split", "live-throughput", "live-split")
+
+
+@pytest.fixture(scope="module")
+def quick() -> tuple[Section, list[float]]:
+    fractions: list[float] = []
+    return ing.ingest_section(quick=True, progress=fractions.append), fractions
+
+
+def _specs(page: str) -> list[dict[str, Any]]:
+    found = re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', page, re.S)
+    return [json.loads(spec) for spec in found]
+
+
+def test_quick_simulated_runs_match_the_benchmark(quick: tuple[Section, list[float]]) -> None:
+    data = quick[0].data
+    assert data["tuners"] == list(ing.TUNER_NAMES)
+    (spec_data,) = data["simulated"]
+    assert spec_data["spec"] == "criteo-16"
+    assert [r["tuner"] for r in spec_data["runs"]] == list(ing.TUNER_NAMES)
+    assert [r["status"] for r in spec_data["runs"]] == ["ok"] * len(ing.TUNER_NAMES)
+    spec = sim.load_spec("criteo-16")
+    bound = sim.lp_bound(spec)
+    assert spec_data["lp_bound_rows_per_s"] == bound.throughput_rows_per_s
+    assert spec_data["stages"] == [s.name for s in spec.stages]
+    assert sum(spec_data["lp_workers"].values()) == pytest.approx(spec.cores)  # cores bind
+    for run in spec_data["runs"]:
+        expected = simulate("criteo-16", run["tuner"], budget_s=ing.QUICK_SIM_BUDGET_S)
+        assert list(run["allocation"]) == spec_data["stages"]
+        assert list(run["allocation"].values()) == expected["allocation"]
+        for key in ("throughput_rows_per_s", "fraction_of_bound", "fraction_of_oracle"):
+            assert run[key] == pytest.approx(expected[key], rel=1e-12), key
+        for key in ("tuning_steps", "refused", "peak_memory_bytes"):
+            assert run[key] == expected[key], key
+        thr = spec.throughput(tuple(run["allocation"].values()))
+        assert run["fraction_of_bound"] == pytest.approx(thr / bound.throughput_rows_per_s)
+        times = [h["elapsed_s"] for h in run["history"]]
+        assert len(times) == run["tuning_steps"] and times == sorted(times)
+        assert times[-1] <= ing.QUICK_SIM_BUDGET_S + 1e-9
+        assert run["found_at_s"] in times
+        assert run["peak_memory_bytes"] <= spec_data["memory_budget_bytes"]
+
+
+def test_quick_live_run_is_consistent(quick: tuple[Section, list[float]]) -> None:
+    live = quick[0].data["live"]
+    assert (live["rows"], live["batch_size"]) == (ing.QUICK_LIVE.rows, ing.QUICK_LIVE.batch_size)
+    assert [r["tuner"] for r in live["runs"]] == list(ing.QUICK_LIVE.tuners)
+    (run,) = live["runs"]
+    assert run["status"] == "ok"
+    assert list(run["allocation"]) == run["stages"] == list(run["stage_cost_us_per_row"])
+    assert all(w >= 1 for w in run["allocation"].values())
+    assert run["fraction_of_bound"] == pytest.approx(
+        run["throughput_rows_per_s"] / run["bound_rows_per_s"], rel=1e-12
+    )
+    assert 0 < run["throughput_rows_per_s"] and 0 < run["fraction_of_bound"]
+    if run["bound_binding"] == "cores":
+        assert sum(run["bound_workers"].values()) == pytest.approx(run["cores"])
+    times = [h["elapsed_s"] for h in run["history"]]
+    assert len(times) == run["tuning_steps"] >= 1 and times == sorted(times)
+
+
+def test_quick_html_shows_tables_figures_and_the_paragraph(
+    quick: tuple[Section, list[float]],
+) -> None:
+    section, _ = quick
+    assert (section.key, section.title) == (ing.KEY, ing.TITLE)
+    page = section.html
+    for part in QUICK_FIGURES:
+        assert f'<div class="rp-figure" id="ingest-{part}"' in page
+    assert page.count('class="rp-figure"') == len(QUICK_FIGURES)
+    assert page.count('<table class="rp-table">') == 2  # simulated and live; nothing failed
+    assert html.escape(ing.outcome_text(section.data["outcome"])) in page
+    for run in section.data["simulated"][0]["runs"]:
+        shown = f"{100 * run['fraction_of_bound']:,.1f}"
+        assert re.search(rf'<td class="rp-l">{run["tuner"]}</td><td>(<strong>)?{shown}<', page)
+    live = section.data["live"]["runs"][0]
+    assert f"<td>{100 * live['fraction_of_bound']:,.1f}</td>" in page
+    assert f"this machine ({live['cores']} cores" in page
+    figures = _specs(page)
+    line = figures[0]  # the simulated line figure: one trace per tuner, history as points
+    assert [t["name"] for t in line["data"]] == list(ing.TUNER_NAMES)
+    static = section.data["simulated"][0]["runs"][0]
+    assert line["data"][0]["x"] == [h["elapsed_s"] for h in static["history"]]
+
+
+def test_progress_rises_to_one(quick: tuple[Section, list[float]]) -> None:
+    _, fractions = quick
+    assert len(fractions) >= 3
+    assert fractions == sorted(fractions)
+    assert fractions[-1] == 1.0 and fractions[0] > 0
+
+
+def _ok_run(tuner: str, fraction: float, refused: int = 0) -> dict[str, Any]:
+    return {
+        "tuner": tuner,
+        "status": "ok",
+        "fraction_of_bound": fraction,
+        "fraction_of_oracle": fraction / 0.5,
+        "refused": refused,
+    }
+
+
+def test_outcome_names_best_worst_refusals_and_failures() -> None:
+    simulated = [
+        {
+            "spec": "a-4",
+            "cores": 4,
+            "lp_binding": "memory",
+            "runs": [
+                _ok_run("static", 0.2),
+                _ok_run("plumber", 0.5, refused=3),
+                _ok_run("oracle", 0.5),
+                {"tuner": "intune", "status": "failed", "error": "boom"},
+            ],
+        },
+        {"spec": "b-8", "cores": 8, "lp_binding": "cores", "runs": []},
+    ]
+    live = {
+        "machine_cores": 2,
+        "runs": [
+            {"tuner": "static", "status": "ok", "cores": 2, "throughput_rows_per_s": 1000.0,
+             "fraction_of_bound": 0.25},
+            {"tuner": "plumber", "status": "ok", "cores": 2, "throughput_rows_per_s": 3000.0,
+             "fraction_of_bound": 0.75},
+        ],
+    }  # fmt: skip
+    outcome = ing.measured_outcome(simulated, live)
+    assert outcome["simulated"][0]["best"] == ["plumber", "oracle"]
+    assert outcome["live"]["best"] == ["plumber"]
+    assert ing.outcome_text(outcome) == (
+        "Simulated (final allocations judged by the noise-free model): on a-4 (4 cores, LP "
+        "bound set by memory) plumber and oracle reached 50.0% of the LP bound (100.0% of the "
+        "oracle), static the least at 20.0%; the target refused 3 of plumber's proposals; "
+        "intune failed; on b-8 (8 cores, LP bound set by cores) no tuner finished. Live on "
+        "this machine (2 cores): plumber measured the most, 3,000 rows/s, 75.0% of the bound "
+        "from its measured stage costs; static 25.0%."
+    )
+    assert math.isnan(outcome["simulated"][1]["best_fraction_of_oracle"])
+
+
+def _evil_simulated(payload: str) -> dict[str, Any]:
+    """criteo-16's quick simulation with its spec, a stage and a tuner renamed to ``payload``,
+    and one failed run whose error carries it."""
+    data = ing.simulate_spec("criteo-16", ("static", "plumber"), 5.0)
+    stage = data["stages"][0]
+
+    def rename(d: dict[str, Any]) -> dict[str, Any]:
+        return {payload if k == stage else k: v for k, v in d.items()}
+
+    data["spec"] = f"spec-{payload}"
+    data["stages"] = [payload, *data["stages"][1:]]
+    data["lp_workers"] = rename(data["lp_workers"])
+    for run in data["runs"]:
+        run["allocation"] = rename(run["allocation"])
+    data["runs"][1]["tuner"] = payload
+    data["runs"].append({"tuner": "intune", "status": "failed", "error": f"Boom: {payload}"})
+    return data
+
+
+def _evil_live(payload: str) -> dict[str, Any]:
+    stages = [payload, "collate"]
+    run = {
+        "status": "ok", "tuner": payload, "cores": 2, "stages": stages,
+        "allocation": {payload: 1, "collate": 1}, "throughput_rows_per_s": 10.0,
+        "bound_rows_per_s": 20.0, "bound_binding": "cores", "fraction_of_bound": 0.5,
+        "tuning_s": 1.0, "budget_s": 1.0, "tuning_steps": 1, "refused": 0,
+        "peak_memory_bytes": 1.0, "memory_budget_bytes": 2.0,
+        "stage_cost_us_per_row": {payload: 1.0, "collate": 1.0},
+        "bound_workers": {payload: 1.0, "collate": 1.0},
+        "history": [{"elapsed_s": 1.0, "allocation": [1, 1], "throughput_rows_per_s": 10.0}],
+    }  # fmt: skip
+    failed = {"tuner": "plumber", "status": "failed", "error": payload}
+    return {"machine_cores": 2, "rows": 1, "shards": 1, "batch_size": 1, "budget_s": 1.0,
+            "seed": 0, "runs": [run, failed]}  # fmt: skip
+
+
+def test_names_and_errors_are_escaped() -> None:
+    section = ing.section_from_runs([_evil_simulated(EVIL)], _evil_live(EVIL))
+    page = section.html
+    assert EVIL not in page
+    assert f'<td class="rp-l">spec-{EVIL_ESCAPED}</td><td class="rp-l">{EVIL_ESCAPED}</td>' in page
+    assert f'<td class="rp-l">Boom: {EVIL_ESCAPED}</td>' in page  # the failed run's error
+    assert f'<td class="rp-l">live</td><td class="rp-l">plumber</td>' in page
+    assert f"on spec-{EVIL_ESCAPED} (16 cores" in page  # the paragraph
+    figures = _specs(page)
+    assert len(figures) == 4  # each spec ends where it should
+    labels = json.dumps(figures)
+    assert EVIL_ESCAPED in labels and "<script" not in labels
+    split = figures[1]
+    assert EVIL_ESCAPED in [t["name"] for t in split["data"]]  # the renamed stage
+    assert f"{EVIL_ESCAPED}" in split["data"][0]["x"]  # the renamed tuner's bar
+
+
+def test_report_includes_the_section_after_the_cluster_ones() -> None:
+    assert SECTIONS[-1] is ing.ingest_section
+    assert len(SECTIONS) == 3
