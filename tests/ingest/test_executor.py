@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st_h
 
@@ -298,3 +299,30 @@ def test_no_row_lost_or_duplicated_under_any_resize_and_kill_schedule(
                     with contextlib.suppress(ProcessLookupError):  # dead, not yet reaped
                         os.kill(pids[int(arg) % len(pids)], signal.SIGKILL)  # type: ignore[call-overload]
     assert_exactly_once(out, reference(parquet_dir))
+
+
+def test_a_training_loop_consumes_the_pipeline_directly(parquet_dir: Path) -> None:
+    torch.manual_seed(0)
+    tables = torch.nn.ModuleList(torch.nn.EmbeddingBag(1000, 4, mode="sum") for _ in range(26))
+    top = torch.nn.Linear(13 + 26 * 4, 1)
+    params = [*tables.parameters(), *top.parameters()]
+    opt = torch.optim.Adam(params, lr=0.05)
+    losses = []
+    cfg = PipelineConfig(batch_size=400, epochs=1)
+    with Pipeline(parquet_dir, cfg, cores=2) as p:
+        for batch in p:
+            n = batch.size
+            offsets = batch.offsets.long()
+            pooled = []
+            for f, table in enumerate(tables):
+                a, b = int(offsets[f * n]), int(offsets[(f + 1) * n])
+                ids = batch.values[a:b] % 1000
+                pooled.append(table(ids, offsets[f * n : (f + 1) * n] - a))
+            logits = top(torch.cat([batch.dense, *pooled], dim=1)).squeeze(1)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    assert len(losses) == ROWS // 400
+    assert np.mean(losses[-8:]) < np.mean(losses[:4]) - 0.05, losses

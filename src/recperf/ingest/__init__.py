@@ -1,1 +1,22 @@
-"""DLRM training-data ingestion: Criteo-format data generation and streaming readers."""
+"""DLRM training-data ingestion: Criteo-format data, the live pipeline, its simulator and tuners.
+
+``Pipeline``, ``PipelineConfig`` and ``Batch`` are imported lazily (they pull in torch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Batch", "Pipeline", "PipelineConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Pipeline":
+        from recperf.ingest.executor import Pipeline
+
+        return Pipeline
+    if name in ("PipelineConfig", "Batch"):
+        from recperf.ingest import batch
+
+        return getattr(batch, name)
+    raise AttributeError(f"module 'recperf.ingest' has no attribute {name!r}")
