@@ -73,7 +73,7 @@ def test_quick_live_run_is_consistent(quick: tuple[Section, list[float]]) -> Non
     assert run["fraction_of_bound"] == pytest.approx(
         run["throughput_rows_per_s"] / run["bound_rows_per_s"], rel=1e-12
     )
-    assert 0 < run["throughput_rows_per_s"] and 0 < run["fraction_of_bound"]
+    assert run["throughput_rows_per_s"] > 0 and run["fraction_of_bound"] > 0
     if run["bound_binding"] == "cores":
         assert sum(run["bound_workers"].values()) == pytest.approx(run["cores"])
     times = [h["elapsed_s"] for h in run["history"]]
@@ -201,7 +201,7 @@ def test_names_and_errors_are_escaped() -> None:
     assert EVIL not in page
     assert f'<td class="rp-l">spec-{EVIL_ESCAPED}</td><td class="rp-l">{EVIL_ESCAPED}</td>' in page
     assert f'<td class="rp-l">Boom: {EVIL_ESCAPED}</td>' in page  # the failed run's error
-    assert f'<td class="rp-l">live</td><td class="rp-l">plumber</td>' in page
+    assert '<td class="rp-l">live</td><td class="rp-l">plumber</td>' in page
     assert f"on spec-{EVIL_ESCAPED} (16 cores" in page  # the paragraph
     figures = _specs(page)
     assert len(figures) == 4  # each spec ends where it should

@@ -298,7 +298,8 @@ def random_spec(rng: np.random.Generator) -> PipelineSpec:
 
 
 class IngestEnv(gym.Env[np.ndarray, np.int64]):
-    """Each step applies one action (move, add or remove workers) and measures a window.
+    """Each step applies one action (move, add or remove workers, or re-fit them all to the
+    per-row costs averaged over the episode's recent windows) and measures a window.
 
     ``spec``: a PipelineSpec or bundled name for a fixed pipeline, None for a random pipeline
     per episode. Invalid actions change nothing and pay ``penalty``; ``info["action_mask"]``

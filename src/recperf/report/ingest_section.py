@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-import os
-import tempfile
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
@@ -23,63 +18,36 @@ from plotly.subplots import make_subplots
 import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
-from recperf.ingest import api, sim
-from recperf.ingest.batch import PipelineConfig
-from recperf.ingest.criteo import GenerateConfig, generate
+from recperf.ingest import sim
 from recperf.ingest.sim_target import SimTarget
 from recperf.ingest.tuners.base import TUNERS, TuneResult, check_tuner
 from recperf.report.cluster_section import LAYOUT, plot_title
+from recperf.report.ingest_live import (
+    KEY,
+    LIVE,
+    QUICK_LIVE,
+    SEED,
+    color_of,
+    failed_run,
+    failures_html,
+    live_html,
+    ok_runs,
+    run_live,
+    stacked_bars,
+    stage_colors,
+)
 from recperf.report.section import Section, figure_html, fmt_num, table_html
 
-KEY = "ingest"
 TITLE = "Ingestion pipeline tuning"
 TUNER_NAMES = ("static", "autotune", "plumber", "intune", "oracle")
 SPECS = sim.BUNDLED
 QUICK_SPECS = ("criteo-16",)
 SIM_BUDGET_S = 200.0
 QUICK_SIM_BUDGET_S = 30.0
-SEED = 0
 NOISE = 0.02
 SIM_SHARE = 0.1
 """Share of the section's progress given to the simulated part (it takes about a second)."""
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
 GIB = 2**30
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LiveSetup:
-    """The live part's embedded default: generated data, tuners and their time budgets."""
-
-    rows: int
-    shards: int
-    batch_size: int
-    tuners: tuple[str, ...]
-    budget_s: float
-    warmup_s: float
-    final_s: float
-    settle_s: float
-
-
-LIVE = LiveSetup(
-    rows=300_000,
-    shards=2,
-    batch_size=4096,
-    tuners=("static", "plumber", "intune"),
-    budget_s=10.0,
-    warmup_s=1.0,
-    final_s=2.0,
-    settle_s=0.3,
-)
-QUICK_LIVE = LiveSetup(
-    rows=20_000,
-    shards=1,
-    batch_size=1000,
-    tuners=("static",),
-    budget_s=1.5,
-    warmup_s=0.3,
-    final_s=0.5,
-    settle_s=0.1,
-)
 
 
 class _Monotone:
@@ -112,10 +80,6 @@ def ingest_section(*, quick: bool = False, progress: ProgressFn | None = None) -
 # -- running ----------------------------------------------------------------------------------
 
 
-def _failed(tuner: str, exc: Exception) -> dict[str, Any]:
-    return {"tuner": tuner, "status": "failed", "error": str(exc)}
-
-
 def _found_at_s(result: TuneResult) -> float:
     """Tuning time at the end of the first measurement of the allocation finally chosen."""
     return next(s.elapsed_s for s in result.history if s.allocation == result.allocation)
@@ -134,7 +98,7 @@ def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str
         try:
             result = check_tuner(TUNERS.create(tuner), target, budget_s, SEED)
         except RecperfError as exc:
-            runs.append(_failed(tuner, exc))
+            runs.append(failed_run(tuner, exc))
             continue
         thr = spec.throughput(result.allocation)
         runs.append(
@@ -177,84 +141,9 @@ def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str
     }
 
 
-_LIVE_KEYS = (
-    "tuner",
-    "cores",
-    "stages",
-    "allocation",
-    "throughput_rows_per_s",
-    "bound_rows_per_s",
-    "bound_binding",
-    "fraction_of_bound",
-    "tuning_s",
-    "budget_s",
-    "tuning_steps",
-    "refused",
-    "peak_memory_bytes",
-    "memory_budget_bytes",
-    "stage_cost_us_per_row",
-    "history",
-)
-
-
-def run_live(setup: LiveSetup, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Generate the data into a temporary directory and tune the live pipeline with each tuner."""
-    runs = []
-    per_run_s = setup.warmup_s + setup.budget_s + setup.final_s
-    with tempfile.TemporaryDirectory(prefix="recperf-report-ingest-") as tmp:
-        data = Path(tmp) / "data"
-        generate(GenerateConfig(rows=setup.rows, shards=setup.shards, seed=SEED), data)
-        config = PipelineConfig(batch_size=setup.batch_size, seed=SEED)
-        for i, tuner in enumerate(setup.tuners):
-            start = time.monotonic()
-
-            def tick(_m: object, i: int = i, start: float = start) -> None:
-                if progress is not None:
-                    part = min(0.95, (time.monotonic() - start) / per_run_s)
-                    progress((i + part) / len(setup.tuners))
-
-            try:
-                summary = api.tune(
-                    data, tuner, setup.budget_s, config, Path(tmp) / f"out-{i}", seed=SEED,
-                    warmup_s=setup.warmup_s, final_s=setup.final_s, settle_s=setup.settle_s,
-                    on_measure=tick,
-                )  # fmt: skip
-            except RecperfError as exc:
-                runs.append(_failed(tuner, exc))
-            else:
-                runs.append(_live_run(summary))
-            if progress is not None:
-                progress((i + 1) / len(setup.tuners))
-    return {
-        "machine_cores": os.cpu_count() or 1,
-        "rows": setup.rows,
-        "shards": setup.shards,
-        "batch_size": setup.batch_size,
-        "budget_s": setup.budget_s,
-        "seed": SEED,
-        "runs": runs,
-    }
-
-
-def _live_run(summary: Mapping[str, Any]) -> dict[str, Any]:
-    run = {k: summary[k] for k in _LIVE_KEYS}
-    bound = float(summary["bound_rows_per_s"])
-    costs = summary["stage_cost_us_per_row"]
-    # The calibrated spec has no transfer cost, so the LP's workers are rate x cost per stage.
-    run["bound_workers"] = {s: bound * float(c) / 1e6 for s, c in costs.items()}
-    return {"status": "ok", **run}
-
-
-# -- the measured outcome ---------------------------------------------------------------------
-
-
-def _ok(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in runs if r["status"] == "ok"]
-
-
 def _extremes(runs: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any]:
     """The tuners at the highest value of ``key`` (ties within 1e-9) and the one at the lowest."""
-    ok = _ok(runs)
+    ok = ok_runs(runs)
     if not ok:
         return {}
     top = max(float(r[key]) for r in ok)
@@ -275,7 +164,7 @@ def measured_outcome(
     specs = []
     for s in simulated:
         ext = _extremes(s["runs"], "fraction_of_bound")
-        oracle = {r["tuner"]: r["fraction_of_oracle"] for r in _ok(s["runs"])}
+        oracle = {r["tuner"]: r["fraction_of_oracle"] for r in ok_runs(s["runs"])}
         specs.append(
             {
                 "spec": s["spec"],
@@ -283,11 +172,11 @@ def measured_outcome(
                 "lp_binding": s["lp_binding"],
                 **ext,
                 "best_fraction_of_oracle": oracle[ext["best"][0]] if ext else math.nan,
-                "refused": {r["tuner"]: r["refused"] for r in _ok(s["runs"]) if r["refused"]},
+                "refused": {r["tuner"]: r["refused"] for r in ok_runs(s["runs"]) if r["refused"]},
                 "failed": [r["tuner"] for r in s["runs"] if r["status"] != "ok"],
             }
         )
-    ok = _ok(live["runs"])
+    ok = ok_runs(live["runs"])
     ext = _extremes(live["runs"], "throughput_rows_per_s")
     by_tuner = {r["tuner"]: r for r in ok}
     live_out = {
@@ -367,9 +256,9 @@ def section_from_runs(simulated: Sequence[Mapping[str, Any]], live: Mapping[str,
         f"<p>{html.escape(setup)}</p>"
         f"<p>{html.escape(outcome_text(outcome))}</p>"
         + _sim_table(simulated)
-        + _failures([(s["spec"], r) for s in simulated for r in s["runs"]])
+        + failures_html([(s["spec"], r) for s in simulated for r in s["runs"]])
         + f'<div class="rp-grid">{"".join(sim_figs)}</div>'
-        + _live_html(live)
+        + live_html(live)
     )
     return Section(title=TITLE, key=KEY, html=body, data=data)
 
@@ -378,15 +267,11 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-") or "spec"
 
 
-def _color(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
-
-
 def _sim_table(simulated: Sequence[Mapping[str, Any]]) -> str:
     rows: list[list[object]] = []
     bold: list[tuple[int, int]] = []
     for s in simulated:
-        ok = _ok(s["runs"])
+        ok = ok_runs(s["runs"])
         top = max((float(r["fraction_of_bound"]) for r in ok), default=math.nan)
         for r in ok:
             if float(r["fraction_of_bound"]) >= top * (1 - 1e-9):
@@ -415,13 +300,6 @@ def _sim_table(simulated: Sequence[Mapping[str, Any]]) -> str:
     return table_html(header, rows, caption=caption, bold=bold, left_cols=2)
 
 
-def _failures(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    failed = [[where, r["tuner"], r["error"]] for where, r in rows if r["status"] != "ok"]
-    if not failed:
-        return ""
-    return table_html(["where", "tuner", "error"], failed, caption="Runs that failed.", left_cols=3)
-
-
 def _sim_line(index: int, s: Mapping[str, Any]) -> str:
     fig = go.Figure()
     bound = float(s["lp_bound_rows_per_s"])
@@ -435,7 +313,7 @@ def _sim_line(index: int, s: Mapping[str, Any]) -> str:
                 y=[100 * h["throughput_rows_per_s"] / bound for h in hist],
                 mode="lines+markers",
                 marker={"size": 4},
-                line={"color": _color(i), "width": 1.5},
+                line={"color": color_of(i), "width": 1.5},
                 name=html.escape(r["tuner"]),
                 text=[html.escape(" / ".join(map(str, h["allocation"]))) for h in hist],
                 hovertemplate="%{text}<br>%{x:.0f} s: %{y:.1f}% of the LP bound",
@@ -457,47 +335,14 @@ def _sim_line(index: int, s: Mapping[str, Any]) -> str:
     return figure_html(f"{KEY}-sim-{index}-{_slug(s['spec'])}", fig, note)
 
 
-def _stage_colors(stage_lists: Sequence[Sequence[str]]) -> dict[str, str]:
-    """One colour per stage name across every subplot (first seen, first colour)."""
-    order = list(dict.fromkeys(st for stages in stage_lists for st in stages))
-    return {st: _color(i) for i, st in enumerate(order)}
-
-
-def _stacked(
-    fig: go.Figure,
-    bars: Mapping[str, Mapping[str, float]],
-    stages: Sequence[str],
-    colors: Mapping[str, str],
-    **where: Any,
-) -> None:
-    """One stacked bar per entry of ``bars`` (label -> stage -> workers), a trace per stage."""
-    shown = {t.legendgroup for t in fig.data}
-    for stage in stages:
-        group = html.escape(stage)
-        values = [float(b[stage]) for b in bars.values()]
-        fig.add_trace(
-            go.Bar(
-                x=[html.escape(label) for label in bars],
-                y=values,
-                name=group,
-                legendgroup=group,
-                showlegend=group not in shown,
-                marker={"color": colors[stage]},
-                text=[fmt_num(v, 0 if v == int(v) else 1) for v in values],
-                textposition="inside",
-            ),
-            **where,
-        )
-
-
 def _sim_split(simulated: Sequence[Mapping[str, Any]]) -> str:
-    colors = _stage_colors([s["stages"] for s in simulated])
+    colors = stage_colors([s["stages"] for s in simulated])
     titles = [html.escape(f"{s['spec']} ({s['cores']} cores)") for s in simulated]
     fig = make_subplots(rows=1, cols=max(1, len(simulated)), subplot_titles=titles)
     for col, s in enumerate(simulated, start=1):
-        bars = {r["tuner"]: r["allocation"] for r in _ok(s["runs"])}
+        bars = {r["tuner"]: r["allocation"] for r in ok_runs(s["runs"])}
         bars["LP bound"] = s["lp_workers"]
-        _stacked(fig, bars, s["stages"], colors, row=1, col=col)
+        stacked_bars(fig, bars, s["stages"], colors, row=1, col=col)
     fig.update_layout(
         **{**LAYOUT, "height": 420},
         barmode="stack",
@@ -509,106 +354,3 @@ def _sim_split(simulated: Sequence[Mapping[str, Any]]) -> str:
         "fractional workers, per simulated pipeline."
     )
     return figure_html(f"{KEY}-sim-split", fig, note)
-
-
-def _live_html(live: Mapping[str, Any]) -> str:
-    ok = _ok(live["runs"])
-    cores = ok[0]["cores"] if ok else live["machine_cores"]
-    setup = (
-        f"Live on this machine ({cores} cores available to the pipeline, "
-        f"{live['machine_cores']} reported by the OS): {live['rows']:,} generated Criteo-format "
-        f"rows in {live['shards']} shard(s), batches of {live['batch_size']:,}, each tuner with "
-        f"a {live['budget_s']:g}-s tuning budget, then its choice measured once more. The bound "
-        f"is the LP bound of a model calibrated from the stage costs measured in that run. Live "
-        f"figures are noisy: the windows are short and the machine is shared."
-    )
-    return (
-        f'<h3 id="{KEY}-live">Live pipeline</h3><p>{html.escape(setup)}</p>'
-        + _live_table(live)
-        + _failures([("live", r) for r in live["runs"]])
-        + f'<div class="rp-grid">{_live_line(live)}{_live_split(live)}</div>'
-    )
-
-
-def _live_table(live: Mapping[str, Any]) -> str:
-    ok = _ok(live["runs"])
-    rows: list[list[object]] = [
-        [
-            r["tuner"],
-            " / ".join(str(r["allocation"][s]) for s in r["stages"]),
-            fmt_num(r["throughput_rows_per_s"], 0),
-            fmt_num(r["bound_rows_per_s"], 0),
-            fmt_num(100 * r["fraction_of_bound"]),
-            r["bound_binding"],
-            r["tuning_steps"],
-            fmt_num(r["tuning_s"]),
-            r["refused"],
-            fmt_num(r["peak_memory_bytes"] / 2**20, 0),
-        ]
-        for r in ok
-    ]
-    stages = " / ".join(ok[0]["stages"]) if ok else "stages"
-    header = [
-        "tuner", f"workers ({stages})", "rows/s", "bound rows/s", "of bound (%)", "bound by",
-        "steps", "tuning (s)", "refused", "peak memory (MiB)",
-    ]  # fmt: skip
-    caption = "Live runs: the final allocation's measured throughput against the bound."
-    return table_html(header, rows, caption=caption, left_cols=2)
-
-
-def _live_line(live: Mapping[str, Any]) -> str:
-    fig = go.Figure()
-    for i, r in enumerate(live["runs"]):
-        if r["status"] != "ok":
-            continue
-        hist, name = r["history"], html.escape(r["tuner"])
-        fig.add_trace(
-            go.Scatter(
-                x=[h["elapsed_s"] for h in hist],
-                y=[h["throughput_rows_per_s"] for h in hist],
-                mode="lines+markers",
-                line={"color": _color(i)},
-                name=name,
-                legendgroup=name,
-                text=[html.escape(" / ".join(map(str, h["allocation"]))) for h in hist],
-                hovertemplate="%{text}<br>%{x:.1f} s: %{y:,.0f} rows/s",
-            )
-        )
-        end = max([float(r["tuning_s"]), *(h["elapsed_s"] for h in hist)])
-        fig.add_trace(
-            go.Scatter(
-                x=[0.0, end],
-                y=[r["bound_rows_per_s"]] * 2,
-                mode="lines",
-                line={"color": _color(i), "dash": "dash"},
-                name=html.escape(f"{r['tuner']} bound"),
-                legendgroup=name,
-            )
-        )
-    fig.update_layout(
-        **LAYOUT,
-        title=plot_title("Live: measured throughput while tuning"),
-        xaxis={"title": "tuning time (s)", "rangemode": "tozero"},
-        yaxis={"title": "measured rows/s", "rangemode": "tozero"},
-    )
-    note = (
-        "Throughput each live measurement window saw (not best-so-far) over wall-clock tuning "
-        "time; dashed: each run's bound from its measured stage costs."
-    )
-    return figure_html(f"{KEY}-live-throughput", fig, note)
-
-
-def _live_split(live: Mapping[str, Any]) -> str:
-    ok = _ok(live["runs"])
-    fig = go.Figure()
-    if ok:
-        bars = {r["tuner"]: r["allocation"] for r in ok}
-        _stacked(fig, bars, ok[0]["stages"], _stage_colors([ok[0]["stages"]]))
-    fig.update_layout(
-        **LAYOUT,
-        barmode="stack",
-        title=plot_title("Live: final workers per stage"),
-        yaxis={"title": "workers", "rangemode": "tozero"},
-    )
-    note = "Each live tuner's final allocation, workers per stage, stacked."
-    return figure_html(f"{KEY}-live-split", fig, note)

@@ -1,6 +1,8 @@
 """The ``intune`` tuner (after InTune, RecSys 2023): a DQN agent whose actions move workers
-between stages (or add / remove one), pre-trained on the simulator and fine-tuned online on
-the target it tunes; it keeps the best allocation it measured."""
+between stages, add / remove them, or re-fit them all to the measured per-row costs (coarse
+model-guided moves; the Q-network decides when), pre-trained on the simulator and fine-tuned
+online on the target it tunes; it keeps the best allocation it measured, ranked by measured
+means shrunk toward the cost model so that noise does not pick the winner."""
 
 from __future__ import annotations
 
@@ -95,9 +97,10 @@ def scores(log: TuneLog, ctx: ienv.Context, prior_windows: float) -> dict[Alloca
 
     The model (ienv.modelled on the costs averaged over every window, times the median ratio
     of measured to modelled throughput) counts as k windows, k = noise variance / model-error
-    variance (empirical Bayes on log throughput, at most ``prior_windows``): an exact model
-    outweighs a few noisy windows, a poor one (large spread of the allocations' means around
-    it beyond the noise) barely counts."""
+    variance (empirical Bayes on log throughput, robust to outliers, at most ``prior_windows``;
+    no weight until some allocation was measured twice): an exact model outweighs a few noisy
+    windows, a poor one (the allocations' means spread around it beyond the noise) barely
+    counts."""
     groups: dict[tuple[int, ...], list[float]] = {}
     for m in log.measurements:
         groups.setdefault(m.allocation.workers, []).append(
@@ -109,13 +112,14 @@ def scores(log: TuneLog, ctx: ienv.Context, prior_windows: float) -> dict[Alloca
     if prior_windows > 0 and all(c > 0 and math.isfinite(c) for c in costs):
         pred = {w: math.log(max(ienv.modelled(ctx, w, costs), 1e-9)) for w in groups}
         shift = float(np.median([y - pred[w] for w, v in groups.items() for y in v]))
-        resid = [(means[w] - pred[w] - shift) ** 2 for w in groups]
         dof = sum(len(v) - 1 for v in groups.values())
         noise = sum(float(np.sum((np.array(v) - means[w]) ** 2)) for w, v in groups.items())
         if dof > 0:
             var = noise / dof
-            inv_n = float(np.mean([1 / len(v) for v in groups.values()]))
-            model_var = max(float(np.mean(resid)) - var * inv_n, 1e-12)
+            # beyond-noise squared residuals; their median / 0.455 (the median of chi2_1)
+            # estimates the model's error variance without being led by one lucky window
+            excess = [(means[w] - pred[w] - shift) ** 2 - var / len(v) for w, v in groups.items()]
+            model_var = max(float(np.median(excess)) / 0.455, 1e-12)
             k = min(prior_windows, var / model_var)
         for w, v in groups.items():
             means[w] = (len(v) * means[w] + k * (pred[w] + shift)) / (len(v) + k)

@@ -1,0 +1,293 @@
+"""The live part of the report's ingestion section: tune the real pipeline on generated data
+for a few seconds per tuner on this machine, and draw throughput over tuning time and the final
+core split (shared helpers for both parts live here too)."""
+
+from __future__ import annotations
+
+import html
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+import recperf.ingest.tuners  # noqa: F401 - registers every tuner
+from recperf.core.errors import RecperfError
+from recperf.core.progress import ProgressFn
+from recperf.ingest import api
+from recperf.ingest.batch import PipelineConfig
+from recperf.ingest.criteo import GenerateConfig, generate
+from recperf.report.cluster_section import LAYOUT, plot_title
+from recperf.report.section import figure_html, fmt_num, table_html
+
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
+SEED = 0
+KEY = "ingest"
+
+
+def failed_run(tuner: str, exc: Exception) -> dict[str, Any]:
+    return {"tuner": tuner, "status": "failed", "error": str(exc)}
+
+
+def ok_runs(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [r for r in runs if r["status"] == "ok"]
+
+
+def color_of(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveSetup:
+    """The live part's embedded default: generated data, tuners and their time budgets."""
+
+    rows: int
+    shards: int
+    batch_size: int
+    tuners: tuple[str, ...]
+    budget_s: float
+    warmup_s: float
+    final_s: float
+    settle_s: float
+
+
+LIVE = LiveSetup(
+    rows=300_000,
+    shards=2,
+    batch_size=4096,
+    tuners=("static", "plumber", "intune"),
+    budget_s=10.0,
+    warmup_s=1.0,
+    final_s=2.0,
+    settle_s=0.3,
+)
+
+
+QUICK_LIVE = LiveSetup(
+    rows=20_000,
+    shards=1,
+    batch_size=1000,
+    tuners=("static",),
+    budget_s=1.5,
+    warmup_s=0.3,
+    final_s=0.5,
+    settle_s=0.1,
+)
+
+
+_LIVE_KEYS = (
+    "tuner",
+    "cores",
+    "stages",
+    "allocation",
+    "throughput_rows_per_s",
+    "bound_rows_per_s",
+    "bound_binding",
+    "fraction_of_bound",
+    "tuning_s",
+    "budget_s",
+    "tuning_steps",
+    "refused",
+    "peak_memory_bytes",
+    "memory_budget_bytes",
+    "stage_cost_us_per_row",
+    "history",
+)
+
+
+def run_live(setup: LiveSetup, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Generate the data into a temporary directory and tune the live pipeline with each tuner."""
+    runs = []
+    per_run_s = setup.warmup_s + setup.budget_s + setup.final_s
+    with tempfile.TemporaryDirectory(prefix="recperf-report-ingest-") as tmp:
+        data = Path(tmp) / "data"
+        generate(GenerateConfig(rows=setup.rows, shards=setup.shards, seed=SEED), data)
+        config = PipelineConfig(batch_size=setup.batch_size, seed=SEED)
+        for i, tuner in enumerate(setup.tuners):
+            start = time.monotonic()
+
+            def tick(_m: object, i: int = i, start: float = start) -> None:
+                if progress is not None:
+                    part = min(0.95, (time.monotonic() - start) / per_run_s)
+                    progress((i + part) / len(setup.tuners))
+
+            try:
+                summary = api.tune(
+                    data, tuner, setup.budget_s, config, Path(tmp) / f"out-{i}", seed=SEED,
+                    warmup_s=setup.warmup_s, final_s=setup.final_s, settle_s=setup.settle_s,
+                    on_measure=tick,
+                )  # fmt: skip
+            except RecperfError as exc:
+                runs.append(failed_run(tuner, exc))
+            else:
+                runs.append(_live_run(summary))
+            if progress is not None:
+                progress((i + 1) / len(setup.tuners))
+    return {
+        "machine_cores": os.cpu_count() or 1,
+        "rows": setup.rows,
+        "shards": setup.shards,
+        "batch_size": setup.batch_size,
+        "budget_s": setup.budget_s,
+        "seed": SEED,
+        "runs": runs,
+    }
+
+
+def _live_run(summary: Mapping[str, Any]) -> dict[str, Any]:
+    run = {k: summary[k] for k in _LIVE_KEYS}
+    bound = float(summary["bound_rows_per_s"])
+    costs = summary["stage_cost_us_per_row"]
+    # The calibrated spec has no transfer cost, so the LP's workers are rate x cost per stage.
+    run["bound_workers"] = {s: bound * float(c) / 1e6 for s, c in costs.items()}
+    return {"status": "ok", **run}
+
+
+# -- the measured outcome ---------------------------------------------------------------------
+
+
+def failures_html(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    failed = [[where, r["tuner"], r["error"]] for where, r in rows if r["status"] != "ok"]
+    if not failed:
+        return ""
+    return table_html(["where", "tuner", "error"], failed, caption="Runs that failed.", left_cols=3)
+
+
+def stage_colors(stage_lists: Sequence[Sequence[str]]) -> dict[str, str]:
+    """One colour per stage name across every subplot (first seen, first colour)."""
+    order = list(dict.fromkeys(st for stages in stage_lists for st in stages))
+    return {st: color_of(i) for i, st in enumerate(order)}
+
+
+def stacked_bars(
+    fig: go.Figure,
+    bars: Mapping[str, Mapping[str, float]],
+    stages: Sequence[str],
+    colors: Mapping[str, str],
+    **where: Any,
+) -> None:
+    """One stacked bar per entry of ``bars`` (label -> stage -> workers), a trace per stage."""
+    shown = {t.legendgroup for t in fig.data}
+    for stage in stages:
+        group = html.escape(stage)
+        values = [float(b[stage]) for b in bars.values()]
+        fig.add_trace(
+            go.Bar(
+                x=[html.escape(label) for label in bars],
+                y=values,
+                name=group,
+                legendgroup=group,
+                showlegend=group not in shown,
+                marker={"color": colors[stage]},
+                text=[fmt_num(v, 0 if v == int(v) else 1) for v in values],
+                textposition="inside",
+            ),
+            **where,
+        )
+
+
+def live_html(live: Mapping[str, Any]) -> str:
+    ok = ok_runs(live["runs"])
+    cores = ok[0]["cores"] if ok else live["machine_cores"]
+    setup = (
+        f"Live on this machine ({cores} cores available to the pipeline, "
+        f"{live['machine_cores']} reported by the OS): {live['rows']:,} generated Criteo-format "
+        f"rows in {live['shards']} shard(s), batches of {live['batch_size']:,}, each tuner with "
+        f"a {live['budget_s']:g}-s tuning budget, then its choice measured once more. The bound "
+        f"is the LP bound of a model calibrated from the stage costs measured in that run. Live "
+        f"figures are noisy: the windows are short and the machine is shared."
+    )
+    return (
+        f'<h3 id="{KEY}-live">Live pipeline</h3><p>{html.escape(setup)}</p>'
+        + _live_table(live)
+        + failures_html([("live", r) for r in live["runs"]])
+        + f'<div class="rp-grid">{_live_line(live)}{_live_split(live)}</div>'
+    )
+
+
+def _live_table(live: Mapping[str, Any]) -> str:
+    ok = ok_runs(live["runs"])
+    rows: list[list[object]] = [
+        [
+            r["tuner"],
+            " / ".join(str(r["allocation"][s]) for s in r["stages"]),
+            fmt_num(r["throughput_rows_per_s"], 0),
+            fmt_num(r["bound_rows_per_s"], 0),
+            fmt_num(100 * r["fraction_of_bound"]),
+            r["bound_binding"],
+            r["tuning_steps"],
+            fmt_num(r["tuning_s"]),
+            r["refused"],
+            fmt_num(r["peak_memory_bytes"] / 2**20, 0),
+        ]
+        for r in ok
+    ]
+    stages = " / ".join(ok[0]["stages"]) if ok else "stages"
+    header = [
+        "tuner", f"workers ({stages})", "rows/s", "bound rows/s", "of bound (%)", "bound by",
+        "steps", "tuning (s)", "refused", "peak memory (MiB)",
+    ]  # fmt: skip
+    caption = "Live runs: the final allocation's measured throughput against the bound."
+    return table_html(header, rows, caption=caption, left_cols=2)
+
+
+def _live_line(live: Mapping[str, Any]) -> str:
+    fig = go.Figure()
+    for i, r in enumerate(live["runs"]):
+        if r["status"] != "ok":
+            continue
+        hist, name = r["history"], html.escape(r["tuner"])
+        fig.add_trace(
+            go.Scatter(
+                x=[h["elapsed_s"] for h in hist],
+                y=[h["throughput_rows_per_s"] for h in hist],
+                mode="lines+markers",
+                line={"color": color_of(i)},
+                name=name,
+                legendgroup=name,
+                text=[html.escape(" / ".join(map(str, h["allocation"]))) for h in hist],
+                hovertemplate="%{text}<br>%{x:.1f} s: %{y:,.0f} rows/s",
+            )
+        )
+        end = max([float(r["tuning_s"]), *(h["elapsed_s"] for h in hist)])
+        fig.add_trace(
+            go.Scatter(
+                x=[0.0, end],
+                y=[r["bound_rows_per_s"]] * 2,
+                mode="lines",
+                line={"color": color_of(i), "dash": "dash"},
+                name=html.escape(f"{r['tuner']} bound"),
+                legendgroup=name,
+            )
+        )
+    fig.update_layout(
+        **LAYOUT,
+        title=plot_title("Live: measured throughput while tuning"),
+        xaxis={"title": "tuning time (s)", "rangemode": "tozero"},
+        yaxis={"title": "measured rows/s", "rangemode": "tozero"},
+    )
+    note = (
+        "Throughput each live measurement window saw (not best-so-far) over wall-clock tuning "
+        "time; dashed: each run's bound from its measured stage costs."
+    )
+    return figure_html(f"{KEY}-live-throughput", fig, note)
+
+
+def _live_split(live: Mapping[str, Any]) -> str:
+    ok = ok_runs(live["runs"])
+    fig = go.Figure()
+    if ok:
+        bars = {r["tuner"]: r["allocation"] for r in ok}
+        stacked_bars(fig, bars, ok[0]["stages"], stage_colors([ok[0]["stages"]]))
+    fig.update_layout(
+        **LAYOUT,
+        barmode="stack",
+        title=plot_title("Live: final workers per stage"),
+        yaxis={"title": "workers", "rangemode": "tozero"},
+    )
+    note = "Each live tuner's final allocation, workers per stage, stacked."
+    return figure_html(f"{KEY}-live-split", fig, note)
