@@ -36,8 +36,9 @@ class SameWork(IterableDataset[dict[str, torch.Tensor]]):
     """The pipeline's per-batch work (read, decode, dense, sparse, a row shuffle, collate) in
     DataLoader workers, each taking every num_workers-th split, repeating forever."""
 
-    def __init__(self, data: Path, batch_size: int) -> None:
+    def __init__(self, data: Path, batch_size: int, read_latency_s: float = 0.0) -> None:
         self.splits, _ = st.plan_splits(data, batch_size)
+        self.read_latency_s = read_latency_s
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         info = get_worker_info()
@@ -46,14 +47,19 @@ class SameWork(IterableDataset[dict[str, torch.Tensor]]):
         rng = np.random.default_rng(wid)
         while True:
             for split in self.splits[wid::n]:
+                if self.read_latency_s:
+                    time.sleep(self.read_latency_s)  # the same emulated storage latency
                 cols = st.decode(reader.read(split), split.first_row)
                 cols = st.sparse_transform(st.dense_transform(cols))
                 (cols,) = st.shuffle([cols], int(rng.integers(1 << 30)), 0)
                 yield {k: torch.from_numpy(v) for k, v in st.collate(cols).items()}
 
 
-def dataloader_rate(data: Path, batch_size: int, workers: int, seconds: float) -> float:
-    loader = DataLoader(SameWork(data, batch_size), batch_size=None, num_workers=workers)
+def dataloader_rate(
+    data: Path, batch_size: int, workers: int, seconds: float, read_latency_s: float = 0.0
+) -> float:
+    work = SameWork(data, batch_size, read_latency_s)
+    loader = DataLoader(work, batch_size=None, num_workers=workers)
     it = iter(loader)
     end = time.monotonic() + 2.0
     while time.monotonic() < end:
@@ -90,6 +96,8 @@ def main() -> None:
     ap.add_argument("--window-s", type=float, default=3.0)
     ap.add_argument("--dataloader-workers", default="0,1,2,3,4")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--read-latency-ms", type=float, default=0.0,
+                    help="emulated remote-storage latency per batch read")  # fmt: skip
     ap.add_argument("--out", type=Path, default=Path("out/bench/ingest_live.json"))
     ap.add_argument("--figure", type=Path, default=Path("benchmarks/figures/ingest_live.png"))
     args = ap.parse_args()
@@ -98,8 +106,14 @@ def main() -> None:
     if data is None:
         data = Path(tmp.name) / "criteo"
         generate(GenerateConfig(rows=1_000_000, shards=4, seed=args.seed), data)
-    cfg = PipelineConfig(batch_size=args.batch_size, seed=args.seed, epochs=None)
-    results: dict[str, Any] = {"data": str(args.data or "generated 1M rows, 4 parquet shards")}
+    cfg = PipelineConfig(batch_size=args.batch_size, seed=args.seed, epochs=None,
+                         read_latency_ms=args.read_latency_ms)  # fmt: skip
+    results: dict[str, Any] = {
+        "data": str(args.data or "generated 1M rows, 4 parquet shards"),
+        "read_latency_ms": args.read_latency_ms,
+        "batch_size": args.batch_size,
+        "budget_s": args.budget_s,
+    }
     tuned: dict[str, Any] = {}
     for name in args.tuners.split(","):
         budget = args.oracle_budget_s if name == "oracle" else args.budget_s
@@ -123,7 +137,8 @@ def main() -> None:
         s["fraction_of_best"] = med[a] / best
     dl = {}
     for k in (int(x) for x in args.dataloader_workers.split(",") if x):
-        dl[k] = dataloader_rate(data, args.batch_size, k, args.window_s * 2)
+        dl[k] = dataloader_rate(data, args.batch_size, k, args.window_s * 2,
+                                args.read_latency_ms / 1e3)  # fmt: skip
         print(f"DataLoader num_workers={k}: {dl[k]:,.0f} rows/s", flush=True)
     results.update(tuners=tuned, dataloader_rows_per_s=dl, oracle_steady_rows_per_s=oracle)
     print(

@@ -326,3 +326,33 @@ def test_a_training_loop_consumes_the_pipeline_directly(parquet_dir: Path) -> No
             losses.append(loss.item())
     assert len(losses) == ROWS // 400
     assert np.mean(losses[-8:]) < np.mean(losses[:4]) - 0.05, losses
+
+
+def test_read_workers_overlap_their_storage_latency(parquet_dir: Path) -> None:
+    from recperf.ingest import api
+
+    cfg = PipelineConfig(batch_size=200, read_latency_ms=40.0, shuffle_window=2)
+    one = api.run(parquet_dir, "even", cfg, 1.5, warmup_s=0.5, cores=2)
+    assert one["allocation"]["read"] == 1
+    three_alloc = parquet_dir.parent / "three.toml"
+    three_alloc.write_text(
+        "[allocation]\nread = 3\ndense = 1\nsparse = 1\nshuffle = 1\ncollate = 1\n"
+    )
+    three = api.run(parquet_dir, three_alloc, cfg, 1.5, warmup_s=0.5, cores=2)
+    # one read worker waits 40 ms per 200-row batch: at most 5,000 rows/s
+    assert one["throughput_rows_per_s"] < 5_200
+    assert three["throughput_rows_per_s"] > 2.0 * one["throughput_rows_per_s"]
+
+
+def test_stale_item_files_of_dead_processes_are_swept() -> None:
+    from recperf.ingest.executor import sweep_stale_items
+
+    dead = st.SHM_DIR / "rp999999999x0-1-2-0-0"
+    mine = st.SHM_DIR / f"rp{os.getpid()}x999-1-2-0-0"
+    dead.write_bytes(b"x")
+    mine.write_bytes(b"x")
+    try:
+        assert sweep_stale_items() >= 1
+        assert not dead.exists() and mine.exists()
+    finally:
+        mine.unlink()

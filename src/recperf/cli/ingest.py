@@ -110,6 +110,7 @@ def _pipeline_config(
     queue_batches: int,
     memory_budget_gib: float,
     seed: int,
+    read_latency_ms: float = 0.0,
 ) -> PipelineConfig:
     return PipelineConfig(
         batch_size=batch_size,
@@ -118,6 +119,7 @@ def _pipeline_config(
         queue_batches=queue_batches,
         memory_budget_gib=memory_budget_gib,
         seed=seed,
+        read_latency_ms=read_latency_ms,
     )
 
 
@@ -129,6 +131,7 @@ _QUEUE = typer.Option(4, help="Batches buffered before each stage.")
 _MEMORY = typer.Option(4.0, help="Memory budget for workers plus buffers, GiB.")
 _SEED = typer.Option(0, help="Seeds the read order, shuffle, downsampling and the tuner.")
 _CORES = typer.Option(None, help="Cores to share among the stages (default: all).")
+_LATENCY = typer.Option(0.0, help="Emulated remote-storage latency per batch read, ms.")
 
 
 @app.command("run")
@@ -144,14 +147,16 @@ def run_cmd(
     memory_budget_gib: float = _MEMORY,
     seed: int = _SEED,
     cores: int | None = _CORES,
+    read_latency_ms: float = _LATENCY,
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Run the live pipeline with a fixed allocation and report throughput per stage."""
     from recperf.ingest import api
 
     cfg = _pipeline_config(
-        batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed
-    )
+        batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed,
+        read_latency_ms,
+    )  # fmt: skip
     with progress_bar(f"running the pipeline for {seconds:g} s") as bar:
         out = api.run(data, alloc, cfg, seconds, cores=cores, progress=bar)
     if json_out:
@@ -185,6 +190,7 @@ def tune_cmd(
     memory_budget_gib: float = _MEMORY,
     seed: int = _SEED,
     cores: int | None = _CORES,
+    read_latency_ms: float = _LATENCY,
     warmup_s: float = typer.Option(2.0, help="Seconds of running before tuning starts."),
     final_s: float = typer.Option(4.0, help="Seconds measuring the chosen allocation."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -194,8 +200,9 @@ def tune_cmd(
     from recperf.ingest.tuners.base import Measurement
 
     cfg = _pipeline_config(
-        batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed
-    )
+        batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed,
+        read_latency_ms,
+    )  # fmt: skip
 
     def show(m: Measurement) -> None:
         err_console.print(

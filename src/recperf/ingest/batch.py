@@ -38,6 +38,9 @@ class PipelineConfig:
     """Memory assumed per worker until one has been measured, MiB (> 0)."""
     shuffle_splits: bool = True
     """Visit the file's row groups / chunks in a seeded order that changes every epoch."""
+    read_latency_ms: float = 0.0
+    """Emulated remote-storage latency per batch read, ms (>= 0): the read stage waits this
+    long per split, as when each batch is a request to an object store; 0 for local files."""
 
     def __post_init__(self) -> None:
         check_range("batch_size", self.batch_size, 1, None)
@@ -49,6 +52,7 @@ class PipelineConfig:
             check_range("epochs", self.epochs, 1, None)
         check_range("memory_budget_gib", self.memory_budget_gib, 0.0, None, lo_open=True)
         check_range("worker_memory_mib", self.worker_memory_mib, 0.0, None, lo_open=True)
+        check_range("read_latency_ms", self.read_latency_ms, 0.0, 60_000.0)
 
     def stage_names(self) -> tuple[str, ...]:
         names = ["read", "dense", "sparse"]

@@ -95,6 +95,7 @@ class Pipeline:
         self.cores = cores or os.cpu_count() or 1
         self.plan = Plan(data, self.config)
         self._caps = self._buffer_caps()
+        self._pool_cap = 2 * len(self.stage_names) + self.plan.read_task_splits
         self._est_mib = [self.config.worker_memory_mib] * len(self.stage_names)
         self._target = self._check(self._resolve(allocation))
         self._lock = threading.Condition()
@@ -110,7 +111,6 @@ class Pipeline:
         self._shm_bytes = 0
         self._free: list[tuple[str, int]] = []  # spent item files (path, size) to write into
         self._free_ids = itertools.count()
-        self._pool_cap = 2 * len(self.stage_names) + self.plan.read_task_splits
         self._peak = 0.0
         self._error: BaseException | None = None
         self._closed = False
@@ -138,7 +138,6 @@ class Pipeline:
         """Items each buffer may hold: before stage s (s >= 1) and at the output (last)."""
         q, k = self.config.queue_batches, self.config.shuffle_window
         caps = [0] + [q] * len(self.stage_names)
-        caps[1] = q + self.plan.read_task_splits  # a read task lands several items at once
         if k and "shuffle" in self.stage_names:
             caps[self.stage_names.index("shuffle")] = max(q, k)
         return caps
@@ -151,9 +150,14 @@ class Pipeline:
         """Predicted peak: workers (measured PSS, or the estimate until measured) plus every
         buffer full plus one head window of slack, plus one input and output item per worker."""
         item = self.config.batch_size * st.ITEM_BYTES_PER_ROW
-        slack = max(1, self.config.shuffle_window) + self.plan.read_task_splits
-        items = sum(self._caps[1:]) + slack * len(self.stage_names) + 2 * alloc.total
-        items += 2 * len(self.stage_names) + self.plan.read_task_splits  # the spent-file pool
+        k = max(1, self.config.shuffle_window)
+        per_worker = {"read": self.plan.read_task_splits, "shuffle": 2 * k}
+        in_flight = sum(
+            w * per_worker.get(name, 2)
+            for name, w in zip(self.stage_names, alloc.workers, strict=True)
+        )
+        items = sum(self._caps[1:]) + k * len(self.stage_names) + in_flight  # + head window
+        items += self._pool_cap
         workers = sum(w * m for w, m in zip(alloc.workers, self._est_mib, strict=True))
         return workers * MIB + items * item
 
@@ -198,6 +202,7 @@ class Pipeline:
     def start(self) -> Pipeline:
         if self._started:
             return self
+        sweep_stale_items()
         # fork: a worker starts in milliseconds sharing the parent's imported modules (the
         # forkserver would re-import the user's __main__, seconds with torch); the child only
         # runs worker_main, which touches no lock another parent thread may hold.
@@ -258,6 +263,7 @@ class Pipeline:
             stage=self.stage_names[stage],
             seed=self.config.seed,
             downsample_rate=self.config.downsample_rate or 1.0,
+            read_latency_s=self.config.read_latency_ms / 1e3,
         )
         proc = self._ctx.Process(target=worker_main, args=(work, child), daemon=True)
         proc.start()
@@ -436,10 +442,10 @@ class Pipeline:
         k = max(1, self.config.shuffle_window)
         return (self._next_out // k + 1) * k
 
-    def _room(self, stage: int, n_out: int, first_seq: int) -> bool:
-        nxt = stage + 1
-        used = len(self._bufs[nxt]) + self._inflight_out[stage]
-        return used + n_out <= self._caps[nxt] or first_seq < self._head_limit()
+    def _room(self, stage: int, first_seq: int) -> bool:
+        """Backpressure: a stage takes a task while its output buffer has room (in-flight
+        outputs, at most one task's per worker, are budgeted per worker in memory_bytes)."""
+        return len(self._bufs[stage + 1]) < self._caps[stage + 1] or first_seq < self._head_limit()
 
     def _dispatch(self) -> None:
         idle = [w for w in self._workers if w.task is None and not w.retiring]
@@ -469,7 +475,7 @@ class Pipeline:
         if s == self._shuffle_stage():
             return self._next_window(s)
         seq = min(buf)
-        if not self._room(s, 1, seq):
+        if not self._room(s, seq):
             return None
         ref = buf.pop(seq)
         return _Task(stage=s, task_id=next(self._task_ids), seqs=(seq,), inputs=(ref,))
@@ -485,9 +491,9 @@ class Pipeline:
         pick = None
         if head[0] >= self._head_limit() and w.group is not None:
             same = [e for e in near if e[2].group == w.group]
-            pick = next((e for e in same if self._room(0, len(e[2].seqs), e[0])), None)
+            pick = next((e for e in same if self._room(0, e[0])), None)
         if pick is None:
-            if not self._room(0, len(head[2].seqs), head[0]):
+            if not self._room(0, head[0]):
                 return None
             pick = head
         self._ready_read.remove(pick)
@@ -514,7 +520,7 @@ class Pipeline:
         first = min(buf)
         win = first // k
         seqs = tuple(q for q in range(win * k, (win + 1) * k) if q < self.plan.total_items)
-        if not all(q in buf for q in seqs) or not self._room(s, len(seqs), seqs[0]):
+        if not all(q in buf for q in seqs) or not self._room(s, seqs[0]):
             return None
         refs = tuple(buf.pop(q) for q in seqs)
         return _Task(stage=s, task_id=next(self._task_ids), seqs=seqs, inputs=refs, window=win)
@@ -584,6 +590,24 @@ class Pipeline:
                 t=self._last_t, stages=tuple(stages), rows_out=self._rows_out,
                 batches_out=self._batches_out, memory_bytes=total, peak_memory_bytes=self._peak,
             )  # fmt: skip
+
+
+def sweep_stale_items() -> int:
+    """Delete item files left in SHM_DIR by pipelines whose process is gone (killed before it
+    could clean up); returns how many."""
+    removed = 0
+    for path in st.SHM_DIR.glob("rp*x*-*"):
+        pid = path.name[2:].split("x", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            st.unlink_quietly(str(path))
+            removed += 1
+        except PermissionError:
+            pass  # another user's live process
+    return removed
 
 
 def even_split(n_stages: int, cores: int) -> Allocation:

@@ -22,6 +22,8 @@ class StageWork:
     """One of read, dense, sparse, downsample, shuffle, collate."""
     seed: int
     downsample_rate: float
+    read_latency_s: float = 0.0
+    """Emulated remote-storage latency the read stage waits per split (0: local files)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -40,7 +42,12 @@ class TaskMsg:
 def run_task(work: StageWork, msg: TaskMsg, reader: st.SplitReader) -> list[st.Columns]:
     """The stage's transformation of one task's inputs into its output column dicts."""
     if work.stage == "read":
-        return [st.decode(reader.read(s), s.first_row) for s in msg.inputs]
+        out = []
+        for split in msg.inputs:
+            if work.read_latency_s:
+                time.sleep(work.read_latency_s)  # one request to remote storage per split
+            out.append(st.decode(reader.read(split), split.first_row))
+        return out
     cols = [st.read_item(ref) for ref in msg.inputs]
     if work.stage == "shuffle":
         return st.shuffle(cols, work.seed, msg.window)
