@@ -339,7 +339,8 @@ def _tsv_batches(path: Path, block_bytes: int) -> Iterator[pa.RecordBatch]:
         raise _locate_error(path, seen, str(exc)) from None
 
 
-def _parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.RecordBatch]:
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """A Parquet file that has every Criteo column (else a TraceFormatError naming it)."""
     try:
         pf = pq.ParquetFile(path)
     except (pa.ArrowInvalid, OSError) as exc:
@@ -347,6 +348,11 @@ def _parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.RecordBatch]:
     missing = [c for c in COLUMNS if c not in pf.schema_arrow.names]
     if missing:
         raise TraceFormatError(path, None, missing[0], "column missing from the Parquet file")
+    return pf
+
+
+def _parquet_batches(path: Path, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    pf = open_parquet(path)
     for batch in pf.iter_batches(batch_size=batch_rows, columns=list(COLUMNS)):
         try:
             cast = pa.RecordBatch.from_arrays(

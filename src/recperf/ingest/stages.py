@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal, cast
+from typing import IO, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +28,7 @@ from recperf.ingest.criteo import (
     SCHEMA,
     _check_line,
     _files,
+    open_parquet,
 )
 
 Columns = dict[str, np.ndarray]
@@ -143,7 +144,7 @@ def plan_splits(data: str | Path, rows_per_split: int) -> tuple[list[Split], lis
     for path in _files(Path(data)):
         name = str(path)
         if path.name.endswith(".parquet"):
-            meta = _parquet_meta(path)
+            meta = open_parquet(path).metadata
             for g in range(meta.num_row_groups):
                 n = meta.row_group(g).num_rows
                 for a in range(0, n, rows_per_split):
@@ -169,17 +170,6 @@ def _open(path: str | Path) -> IO[bytes]:
     if str(path).endswith(".gz"):
         return cast(IO[bytes], gzip.open(path, "rb"))
     return open(path, "rb")
-
-
-def _parquet_meta(path: Path) -> Any:
-    try:
-        pf = pq.ParquetFile(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(path, None, None, f"not a Parquet file: {exc}") from None
-    missing = [c for c in COLUMNS if c not in pf.schema_arrow.names]
-    if missing:
-        raise TraceFormatError(path, None, missing[0], "column missing from the Parquet file")
-    return pf.metadata
 
 
 class SplitReader:
