@@ -18,68 +18,32 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import ConfigError, RecperfError, TraceFormatError
 from recperf.ingest import stages as st
-from recperf.ingest.batch import Batch, PipelineConfig, Snapshot, StageCounters
-from recperf.ingest.executor_plan import Plan, ReadTask
+from recperf.ingest.batch import Batch, PipelineConfig
+from recperf.ingest.executor_dispatch import (
+    MIB,
+    Dispatcher,
+    StageStats,
+    Task,
+    WorkerProc,
+    even_split,
+    sweep_stale_items,
+)
+from recperf.ingest.executor_plan import Plan
 from recperf.ingest.sim import Allocation
 from recperf.ingest.tuners.base import AllocationRefused
 from recperf.ingest.workers import StageWork, TaskMsg, worker_main
 
-MIB = 2**20
+__all__ = ["Pipeline", "even_split", "sweep_stale_items"]
 _RUN_IDS = itertools.count()
 
 
-@dataclass(slots=True, eq=False)
-class _Task:
-    stage: int
-    task_id: int
-    seqs: tuple[int, ...]
-    inputs: tuple[Any, ...]
-    attempt: int = 0
-    window: int = 0
-    group: tuple[str, int] | None = None
-    lent: tuple[tuple[str, int], ...] = ()
-
-
-@dataclass(slots=True, eq=False)
-class _Worker:
-    stage: int
-    proc: Any
-    conn: Connection
-    task: _Task | None = None
-    retiring: bool = False
-    group: tuple[str, int] | None = None
-
-
-@dataclass(slots=True)
-class _Stats:
-    rows: int = 0
-    cpu_s: float = 0.0
-    busy_s: float = 0.0
-    worker_s: float = 0.0
-    queue_fill_s: float = 0.0
-    restarts: int = 0
-
-
-def _pss_mib(pid: int) -> float:
-    """Proportional set size of a process (shared pages split among sharers), MiB."""
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-class Pipeline:
+class Pipeline(Dispatcher):
     """Criteo rows in ``data`` (a file or directory of Parquet / TSV shards) through read,
     dense, sparse, [downsample], [shuffle] and collate stages; iterate it for ``Batch``es."""
 
@@ -99,11 +63,11 @@ class Pipeline:
         self._est_mib = [self.config.worker_memory_mib] * len(self.stage_names)
         self._target = self._check(self._resolve(allocation))
         self._lock = threading.Condition()
-        self._workers: list[_Worker] = []
+        self._workers: list[WorkerProc] = []
         self._bufs: list[dict[int, st.ItemRef]] = [{} for _ in range(len(self.stage_names) + 1)]
-        self._ready_read: list[tuple[int, int, _Task]] = []  # heap of (first seq, id, task)
+        self._ready_read: list[tuple[int, int, Task]] = []  # heap of (first seq, id, task)
         self._inflight_out = [0] * len(self.stage_names)
-        self._stats = [_Stats() for _ in self.stage_names]
+        self._stats = [StageStats() for _ in self.stage_names]
         self._task_ids = itertools.count()
         self._next_out = 0
         self._rows_out = 0
@@ -268,7 +232,7 @@ class Pipeline:
         proc = self._ctx.Process(target=worker_main, args=(work, child), daemon=True)
         proc.start()
         child.close()
-        self._workers.append(_Worker(stage=stage, proc=proc, conn=parent))
+        self._workers.append(WorkerProc(stage=stage, proc=proc, conn=parent))
 
     def _apply_target(self) -> None:
         for s, want in enumerate(self._target.workers):
@@ -281,11 +245,11 @@ class Pipeline:
                 if w.task is None:
                     self._send(w, None)
 
-    def _send(self, w: _Worker, msg: TaskMsg | None) -> None:
+    def _send(self, w: WorkerProc, msg: TaskMsg | None) -> None:
         with contextlib.suppress(OSError):  # a dead worker's sentinel reports it; task redone
             w.conn.send(msg)
 
-    def _reap(self, w: _Worker) -> None:
+    def _reap(self, w: WorkerProc) -> None:
         """A worker exited: redo its task (deleting any outputs it wrote), replace it unless
         it was retiring."""
         w.proc.join(timeout=1)
@@ -297,7 +261,7 @@ class Pipeline:
             self._stats[w.stage].restarts += 1
             self._spawn(w.stage)
 
-    def _requeue(self, task: _Task) -> None:
+    def _requeue(self, task: Task) -> None:
         for path in st.SHM_DIR.glob(f"{Path(self._out_prefix(task)).name}-*"):
             st.unlink_quietly(str(path))
         self._take_back(task)
@@ -309,7 +273,7 @@ class Pipeline:
         for seq, ref in zip(task.seqs, task.inputs, strict=True):
             self._bufs[task.stage][seq] = ref
 
-    def _take_back(self, task: _Task) -> None:
+    def _take_back(self, task: Task) -> None:
         """Lent spent files the task did not write into return to the pool."""
         for path, size in task.lent:
             if os.path.exists(path):
@@ -330,7 +294,7 @@ class Pipeline:
             return
         self._free.append((path, size))
 
-    def _out_prefix(self, task: _Task) -> str:
+    def _out_prefix(self, task: Task) -> str:
         return str(st.SHM_DIR / f"{self._prefix}-{task.stage}-{task.task_id}-{task.attempt}")
 
     def _shuffle_stage(self) -> int:
@@ -369,7 +333,7 @@ class Pipeline:
     def _handle(self, ready: list[Any]) -> None:
         by_conn = {id(w.conn): w for w in self._workers}
         by_sentinel = {w.proc.sentinel: w for w in self._workers}
-        dead: list[_Worker] = []
+        dead: list[WorkerProc] = []
         for obj in ready:
             w = by_conn.get(id(obj))
             if w is not None:
@@ -385,7 +349,7 @@ class Pipeline:
                 self._reap(w)
         self._lock.notify_all()
 
-    def _on_message(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+    def _on_message(self, w: WorkerProc, msg: tuple[Any, ...]) -> None:
         kind, task_id, attempt = msg[0], msg[1], msg[2]
         task = w.task
         if task is None or task.task_id != task_id or task.attempt != attempt:
@@ -435,96 +399,6 @@ class Pipeline:
             )
         return TraceFormatError(split.file, split.first_line + offset, fieldname, why)
 
-    # -- dispatch -----------------------------------------------------------------------------
-
-    def _head_limit(self) -> int:
-        """Seqs below this may always move on, so the next item out can never be starved."""
-        k = max(1, self.config.shuffle_window)
-        return (self._next_out // k + 1) * k
-
-    def _room(self, stage: int, first_seq: int) -> bool:
-        """Backpressure: a stage takes a task while its output buffer has room (in-flight
-        outputs, at most one task's per worker, are budgeted per worker in memory_bytes)."""
-        return len(self._bufs[stage + 1]) < self._caps[stage + 1] or first_seq < self._head_limit()
-
-    def _dispatch(self) -> None:
-        idle = [w for w in self._workers if w.task is None and not w.retiring]
-        for w in idle:
-            task = self._next_task(w)
-            if task is None:
-                continue
-            w.task = task
-            self._inflight_out[task.stage] += len(task.seqs)
-            if task.group is not None:
-                w.group = task.group
-            n = min(len(task.seqs), len(self._free))
-            task.lent = tuple(self._free.pop() for _ in range(n))
-            msg = TaskMsg(
-                task.task_id, task.attempt, task.inputs, self._out_prefix(task), task.window,
-                tuple(p for p, _ in task.lent),
-            )  # fmt: skip
-            self._send(w, msg)
-
-    def _next_task(self, w: _Worker) -> _Task | None:
-        s = w.stage
-        if s == 0:
-            return self._next_read(w)
-        buf = self._bufs[s]
-        if not buf:
-            return None
-        if s == self._shuffle_stage():
-            return self._next_window(s)
-        seq = min(buf)
-        if not self._room(s, seq):
-            return None
-        ref = buf.pop(seq)
-        return _Task(stage=s, task_id=next(self._task_ids), seqs=(seq,), inputs=(ref,))
-
-    def _next_read(self, w: _Worker) -> _Task | None:
-        """The earliest read task, or a near one of the row group this worker has cached;
-        the task holding the head window always goes first."""
-        self._refill_reads()
-        if not self._ready_read:
-            return None
-        near = heapq.nsmallest(4, self._ready_read)
-        head = near[0]
-        pick = None
-        if head[0] >= self._head_limit() and w.group is not None:
-            same = [e for e in near if e[2].group == w.group]
-            pick = next((e for e in same if self._room(0, e[0])), None)
-        if pick is None:
-            if not self._room(0, head[0]):
-                return None
-            pick = head
-        self._ready_read.remove(pick)
-        heapq.heapify(self._ready_read)
-        return pick[2]
-
-    def _refill_reads(self) -> None:
-        while len(self._ready_read) < 8:
-            rt: ReadTask | None = self.plan.next_read_task()
-            if rt is None:
-                return
-            task = _Task(
-                stage=0,
-                task_id=next(self._task_ids),
-                seqs=rt.seqs,
-                inputs=rt.splits,
-                group=rt.group,
-            )
-            heapq.heappush(self._ready_read, (rt.seqs[0], task.task_id, task))
-
-    def _next_window(self, s: int) -> _Task | None:
-        k = self.config.shuffle_window
-        buf = self._bufs[s]
-        first = min(buf)
-        win = first // k
-        seqs = tuple(q for q in range(win * k, (win + 1) * k) if q < self.plan.total_items)
-        if not all(q in buf for q in seqs) or not self._room(s, seqs[0]):
-            return None
-        refs = tuple(buf.pop(q) for q in seqs)
-        return _Task(stage=s, task_id=next(self._task_ids), seqs=seqs, inputs=refs, window=win)
-
     # -- consuming ----------------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Batch]:
@@ -560,59 +434,3 @@ class Pipeline:
             self._rows_out += batch.size
             self._batches_out += 1
         return batch
-
-    # -- metrics ------------------------------------------------------------------------------
-
-    def snapshot(self) -> Snapshot:
-        """Cumulative per-stage counters now, with current memory (reads each worker's PSS)."""
-        with self._lock:
-            self._tick()
-            workers = [(w.stage, w.proc.pid, w.retiring) for w in self._workers]
-        pss = {pid: _pss_mib(pid) for _, pid, _ in workers}
-        with self._lock:
-            stages = []
-            total = float(self._shm_bytes + sum(size for _, size in self._free))
-            for s, stats in enumerate(self._stats):
-                mine = [pss[pid] for stg, pid, _ in workers if stg == s]
-                if mine:
-                    self._est_mib[s] = max(self._est_mib[s], max(mine))
-                buf_bytes = sum(r.nbytes for r in self._bufs[s].values()) if s else 0
-                mem = sum(mine) * MIB + buf_bytes
-                total += sum(mine) * MIB
-                stages.append(StageCounters(
-                    rows=stats.rows, cpu_s=stats.cpu_s, busy_s=stats.busy_s,
-                    worker_s=stats.worker_s, queue_fill_s=stats.queue_fill_s,
-                    workers=sum(1 for stg, _, r in workers if stg == s and not r),
-                    memory_bytes=mem, restarts=stats.restarts,
-                ))  # fmt: skip
-            self._peak = max(self._peak, total)
-            return Snapshot(
-                t=self._last_t, stages=tuple(stages), rows_out=self._rows_out,
-                batches_out=self._batches_out, memory_bytes=total, peak_memory_bytes=self._peak,
-            )  # fmt: skip
-
-
-def sweep_stale_items() -> int:
-    """Delete item files left in SHM_DIR by pipelines whose process is gone (killed before it
-    could clean up); returns how many."""
-    removed = 0
-    for path in st.SHM_DIR.glob("rp*x*-*"):
-        pid = path.name[2:].split("x", 1)[0]
-        if not pid.isdigit():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            st.unlink_quietly(str(path))
-            removed += 1
-        except PermissionError:
-            pass  # another user's live process
-    return removed
-
-
-def even_split(n_stages: int, cores: int) -> Allocation:
-    """One worker per stage, then the remaining cores dealt round-robin from the first stage."""
-    w = [1] * n_stages
-    for i in range(max(0, cores - n_stages)):
-        w[i % n_stages] += 1
-    return Allocation(workers=tuple(w))

@@ -13,7 +13,8 @@ from recperf.core.config import check_range, load_toml
 from recperf.core.errors import ConfigError
 from recperf.core.results import atomic_path
 from recperf.ingest.batch import Snapshot, rate
-from recperf.ingest.executor import MIB, Pipeline
+from recperf.ingest.executor import Pipeline
+from recperf.ingest.executor_dispatch import MIB
 from recperf.ingest.sim import Allocation, PipelineSpec, StageSpec
 from recperf.ingest.stages import ITEM_BYTES_PER_ROW
 from recperf.ingest.tuners.base import AllocationRefused, Measurement
