@@ -66,7 +66,6 @@ class Pipeline(Dispatcher):
         self._workers: list[WorkerProc] = []
         self._bufs: list[dict[int, st.ItemRef]] = [{} for _ in range(len(self.stage_names) + 1)]
         self._ready_read: list[tuple[int, int, Task]] = []  # heap of (first seq, id, task)
-        self._inflight_out = [0] * len(self.stage_names)
         self._stats = [StageStats() for _ in self.stage_names]
         self._task_ids = itertools.count()
         self._next_out = 0
@@ -112,7 +111,9 @@ class Pipeline(Dispatcher):
 
     def memory_bytes(self, alloc: Allocation) -> float:
         """Predicted peak: workers (measured PSS, or the estimate until measured) plus every
-        buffer full plus one head window of slack, plus one input and output item per worker."""
+        buffer full and a head window of slack per stage, the items each worker may hold (a
+        read task's outputs, a shuffle window in and out, else one in and one out) and the pool
+        of spent files."""
         item = self.config.batch_size * st.ITEM_BYTES_PER_ROW
         k = max(1, self.config.shuffle_window)
         per_worker = {"read": self.plan.read_task_splits, "shuffle": 2 * k}
@@ -265,7 +266,6 @@ class Pipeline(Dispatcher):
         for path in st.SHM_DIR.glob(f"{Path(self._out_prefix(task)).name}-*"):
             st.unlink_quietly(str(path))
         self._take_back(task)
-        self._inflight_out[task.stage] -= len(task.seqs)
         task.attempt += 1
         if task.stage == 0:
             heapq.heappush(self._ready_read, (task.seqs[0], task.task_id, task))
@@ -379,7 +379,6 @@ class Pipeline(Dispatcher):
         stats.cpu_s += cpu
         stats.busy_s += wall
         stats.rows += rows_in
-        self._inflight_out[w.stage] -= len(task.seqs)
         self._take_back(task)
         if w.stage > 0:
             for ref in task.inputs:

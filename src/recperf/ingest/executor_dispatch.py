@@ -77,7 +77,6 @@ class Dispatcher:
     _bufs: list[dict[int, st.ItemRef]]
     _caps: list[int]
     _ready_read: list[tuple[int, int, Task]]
-    _inflight_out: list[int]
     _task_ids: Iterator[int]
     _free: list[tuple[str, int]]
     _next_out: int
@@ -120,7 +119,6 @@ class Dispatcher:
             if task is None:
                 continue
             w.task = task
-            self._inflight_out[task.stage] += len(task.seqs)
             if task.group is not None:
                 w.group = task.group
             n = min(len(task.seqs), len(self._free))
