@@ -1,0 +1,1 @@
+"""Distributed-training stalls: so far the all-reduce communication model (``commmodel``)."""

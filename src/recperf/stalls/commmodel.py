@@ -1,0 +1,157 @@
+"""An alpha-beta model of data-parallel gradient all-reduce (ring algorithm), fitted by
+non-negative least squares to measured all-reduce times, and its prediction of a model's
+communication time and exposed (not overlapped) stall from its shape.
+
+Per iteration, ``buckets`` ring all-reduces of ``grad_bytes`` in total over ``ranks`` ranks take
+
+    t = buckets * (bucket_s + 2 (N-1) alpha_s) + 2 (N-1)/N * grad_bytes * beta
+
+where beta is the per-byte time of the ring's slowest link: ``beta_intra_s_per_byte`` inside one
+machine, ``net_efficiency / bandwidth + beta_net_s_per_byte`` across machines.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from recperf.core.config import check_range
+from recperf.core.errors import ConfigError
+
+PARAMS = ("alpha_s", "bucket_s", "beta_intra_s_per_byte", "net_efficiency", "beta_net_s_per_byte")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class CommSample:
+    """One measured configuration: the all-reduce time per iteration and what was reduced."""
+
+    grad_bytes: float
+    """Gradient bytes all-reduced per iteration (> 0)."""
+    buckets: int
+    """All-reduce calls per iteration (DDP buckets, >= 1)."""
+    ranks: int
+    """World size (>= 2)."""
+    nodes: int = 1
+    """Machines the ranks span (1..ranks)."""
+    bandwidth_bytes_per_s: float | None = None
+    """Inter-machine link bandwidth per machine, bytes/s; required when nodes > 1."""
+    seconds: float
+    """Measured all-reduce time per iteration (> 0)."""
+
+    def __post_init__(self) -> None:
+        check_range("grad_bytes", self.grad_bytes, 0.0, None, lo_open=True)
+        check_range("buckets", self.buckets, 1, None)
+        check_range("ranks", self.ranks, 2, None)
+        check_range("nodes", self.nodes, 1, self.ranks)
+        check_range("seconds", self.seconds, 0.0, None, lo_open=True)
+        if self.nodes > 1:
+            if self.bandwidth_bytes_per_s is None:
+                raise ConfigError("bandwidth_bytes_per_s: required when nodes > 1")
+            check_range("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, 0.0, None,
+                        lo_open=True)  # fmt: skip
+
+
+def features(
+    grad_bytes: float, buckets: int, ranks: int, nodes: int, bandwidth: float | None
+) -> np.ndarray:
+    """The model's regressors, one per parameter in ``PARAMS`` order."""
+    steps = 2 * (ranks - 1)
+    volume = steps / ranks * grad_bytes
+    if nodes > 1:
+        if bandwidth is None or bandwidth <= 0:
+            raise ConfigError("bandwidth: a positive bandwidth is needed for more than one node")
+        return np.array([buckets * steps, buckets, 0.0, volume / bandwidth, volume])
+    return np.array([buckets * steps, buckets, volume, 0.0, 0.0])
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class CommModel:
+    """Fitted parameters (all >= 0) and how well they fit."""
+
+    alpha_s: float
+    """Latency of one ring step."""
+    bucket_s: float
+    """Fixed cost of one all-reduce call."""
+    beta_intra_s_per_byte: float
+    """Per-byte time inside one machine."""
+    net_efficiency: float
+    """Network per-byte time in units of 1/bandwidth (1 = line rate)."""
+    beta_net_s_per_byte: float
+    """Network per-byte time beyond the bandwidth term (protocol, copies)."""
+    samples: int = 0
+    """Samples fitted."""
+    rel_rmse: float = 0.0
+    """Root mean square of the relative residuals on the fitted samples."""
+
+    def vector(self) -> np.ndarray:
+        return np.array([getattr(self, p) for p in PARAMS])
+
+    def predict(
+        self,
+        grad_bytes: float,
+        buckets: int,
+        ranks: int,
+        nodes: int = 1,
+        bandwidth_bytes_per_s: float | None = None,
+    ) -> float:
+        """All-reduce seconds per iteration (0 for a single rank)."""
+        if ranks < 2:
+            return 0.0
+        x = features(grad_bytes, buckets, ranks, nodes, bandwidth_bytes_per_s)
+        return float(x @ self.vector())
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
+
+    @staticmethod
+    def load(path: Path) -> CommModel:
+        try:
+            data = json.loads(path.read_text())
+            return CommModel(**data)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ConfigError(f"{path}: not a communication model file: {exc}") from None
+
+
+def exposed_stall_s(comm_s: float, backward_s: float, buckets: int) -> float:
+    """Communication not hidden behind the backward pass when buckets are reduced as their
+    gradients become ready: at least the last bucket's share, at most all of it."""
+    if buckets < 1:
+        raise ConfigError(f"buckets = {buckets}: expected >= 1")
+    return min(comm_s, max(comm_s / buckets, comm_s - backward_s))
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative least squares by trying every support set (exact; fine for 5 columns)."""
+    best, best_err = np.zeros(a.shape[1]), float(b @ b)
+    for k in range(1, a.shape[1] + 1):
+        for cols in itertools.combinations(range(a.shape[1]), k):
+            sub = a[:, cols]
+            coef, *_ = np.linalg.lstsq(sub, b, rcond=None)
+            if (coef < 0).any():
+                continue
+            err = float(np.sum((sub @ coef - b) ** 2))
+            if err < best_err - 1e-18:
+                best = np.zeros(a.shape[1])
+                best[list(cols)] = coef
+                best_err = err
+    return best
+
+
+def fit(samples: Sequence[CommSample]) -> CommModel:
+    """Fit the parameters to relative error (each sample weighted by 1/seconds)."""
+    if len(samples) < len(PARAMS):
+        raise ConfigError(f"fit: {len(samples)} samples; need at least {len(PARAMS)}")
+    x = np.array([features(s.grad_bytes, s.buckets, s.ranks, s.nodes, s.bandwidth_bytes_per_s)
+                  for s in samples])  # fmt: skip
+    y = np.array([s.seconds for s in samples])
+    scale = x.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef = nnls(x / scale / y[:, None], np.ones(len(y))) / scale
+    rel = (x @ coef - y) / y
+    values = dict(zip(PARAMS, (float(c) for c in coef), strict=True))
+    return CommModel(**values, samples=len(samples), rel_rmse=float(np.sqrt(np.mean(rel**2))))
