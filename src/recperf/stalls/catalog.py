@@ -1,0 +1,117 @@
+"""The cloud catalog the cost advisor chooses from: instance types (GPUs, GPU model, links,
+network, price) and GPU datasheet peaks, from the bundled CSVs or a user's own with the same
+columns; and the time-cost Pareto frontier of candidate setups."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from recperf.core.errors import TraceFormatError
+
+INSTANCE_COLUMNS = ("instance", "gpus", "gpu_model", "gpu_mem_gib", "intra_node_link",
+                    "network_gbps", "usd_per_hour")  # fmt: skip
+GPU_COLUMNS = ("gpu_model", "fp32_tflops", "tensor_fp16_tflops", "hbm_gb_per_s",
+               "nvlink_gb_per_s_per_gpu", "pcie_gb_per_s")  # fmt: skip
+T = TypeVar("T")
+LINKS = ("none", "pcie3", "pcie4", "nvlink2", "nvlink3", "nvlink4")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Instance:
+    """One instance type."""
+
+    instance: str
+    gpus: int
+    gpu_model: str
+    gpu_mem_gib: float
+    intra_node_link: str
+    network_gbps: float
+    usd_per_hour: float
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class GpuModel:
+    """Datasheet peaks of one GPU model."""
+
+    gpu_model: str
+    fp32_tflops: float
+    tensor_fp16_tflops: float
+    hbm_gb_per_s: float
+    nvlink_gb_per_s_per_gpu: float
+    pcie_gb_per_s: float
+
+
+def _rows(path: Path | str, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+            if missing:
+                raise TraceFormatError(path, 1, missing[0], "column missing from the header")
+            return [(i, row) for i, row in enumerate(reader, start=2)]
+    except OSError as exc:
+        raise TraceFormatError(path, None, None, f"cannot read: {exc.strerror}") from None
+
+
+def _number(path: Path | str, line: int, row: dict[str, str], col: str, integer: bool) -> Any:
+    raw = (row.get(col) or "").strip()
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise TraceFormatError(path, line, col, f"expected {kind}, got {raw!r}") from None
+    if value < 0 or (integer and value < 1):
+        raise TraceFormatError(path, line, col, f"{value} is out of range")
+    return value
+
+
+def load_instances(path: Path | str | None = None) -> list[Instance]:
+    """The instance catalog (bundled AWS catalog when ``path`` is None)."""
+    path = path or _bundled("aws-gpu-instances.csv")
+    out = []
+    for line, row in _rows(path, INSTANCE_COLUMNS):
+        link = (row["intra_node_link"] or "").strip()
+        if link not in LINKS:
+            why = f"{link!r} is not one of {', '.join(LINKS)}"
+            raise TraceFormatError(path, line, "intra_node_link", why)
+        out.append(Instance(
+            instance=row["instance"].strip(), gpus=_number(path, line, row, "gpus", True),
+            gpu_model=row["gpu_model"].strip(),
+            gpu_mem_gib=_number(path, line, row, "gpu_mem_gib", False),
+            intra_node_link=link, network_gbps=_number(path, line, row, "network_gbps", False),
+            usd_per_hour=_number(path, line, row, "usd_per_hour", False),
+        ))  # fmt: skip
+    return out
+
+
+def load_gpu_models(path: Path | str | None = None) -> dict[str, GpuModel]:
+    """GPU datasheet peaks by model name (bundled table when ``path`` is None)."""
+    path = path or _bundled("gpu-models.csv")
+    out = {}
+    for line, row in _rows(path, GPU_COLUMNS):
+        nums = {c: _number(path, line, row, c, False) for c in GPU_COLUMNS[1:]}
+        out[row["gpu_model"].strip()] = GpuModel(gpu_model=row["gpu_model"].strip(), **nums)
+    return out
+
+
+def _bundled(name: str) -> str:
+    return str(resources.files("recperf").joinpath(f"data/cloud/{name}"))
+
+
+def pareto_front(items: Sequence[T], key: Callable[[T], tuple[float, float]]) -> list[T]:
+    """Items not dominated in (time, cost) — none is both as fast and as cheap and better in
+    one — sorted by time; ties keep the first."""
+    ranked = sorted(items, key=key)
+    front: list[T] = []
+    best_cost = float("inf")
+    for item in ranked:
+        cost = key(item)[1]
+        if cost < best_cost:
+            front.append(item)
+            best_cost = cost
+    return front
