@@ -82,7 +82,6 @@ class Pipeline(Dispatcher):
         self._prefix = f"rp{os.getpid()}x{next(_RUN_IDS)}"
         self._ctx: Any = None
         self._last_t = time.monotonic()
-        self._t0 = self._last_t
 
     # -- allocation and memory ------------------------------------------------------------
 
@@ -174,7 +173,7 @@ class Pipeline(Dispatcher):
         self._ctx = mp.get_context("fork")
         with self._lock:
             self._started = True
-            self._last_t = self._t0 = time.monotonic()
+            self._last_t = time.monotonic()
             self._apply_target()
         self._thread = threading.Thread(target=self._run, name="recperf-ingest", daemon=True)
         self._thread.start()

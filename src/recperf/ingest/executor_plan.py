@@ -40,7 +40,6 @@ class Plan:
         # decoded twice by two workers; TSV files are cut into runs of 16 splits.
         self.read_task_splits = min(16, max(len(g) for g in self.groups.values()))
         self.items_per_epoch = len(self.splits)
-        self.rows_per_epoch = sum(self.counts)
         epochs = config.epochs
         self.total_items = sys.maxsize if epochs is None else epochs * self.items_per_epoch
         self._first_rows = [s.first_row for s in self.splits]

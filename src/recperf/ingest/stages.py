@@ -117,10 +117,6 @@ class Split:
     first_line: int
     """1-based line of the split's first row in its file (TSV), or its row index + 1 (Parquet)."""
 
-    @property
-    def rows(self) -> int:
-        return self.b - self.a if self.kind == "parquet" else -1
-
 
 def _line_ends(fh: IO[bytes]) -> Iterator[int]:
     """Byte offset just past every line of ``fh`` (a final line without newline included)."""

@@ -85,8 +85,8 @@ def worker_main(work: StageWork, conn: Connection) -> None:
             ]
             del outs
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            rows = sum(r.rows for r in refs) if work.stage == "read" else None
-            rows_in = rows if rows is not None else sum(ref.rows for ref in msg.inputs)
+            # rows the stage consumed (a read task's are the rows it produced)
+            rows_in = sum(r.rows for r in (refs if work.stage == "read" else msg.inputs))
             reply: tuple[Any, ...] = ("done", msg.task_id, msg.attempt, refs, cpu, wall, rows_in)
         except st.BadRow as exc:
             reply = ("badrow", msg.task_id, msg.attempt, (exc.row_id, exc.field, exc.why))
