@@ -83,3 +83,17 @@ def test_save_load_round_trip_and_errors(tmp_path: Path) -> None:
         fit(samples([200], noise=0.0)[:3])
     with pytest.raises(ConfigError, match="ranks"):
         CommSample(grad_bytes=1.0, buckets=1, ranks=1, seconds=1.0)
+
+
+def test_a_few_jittery_small_messages_do_not_drag_the_per_byte_terms() -> None:
+    clean = samples([200, 1000], noise=0.0)
+    jitter = [
+        CommSample(grad_bytes=s.grad_bytes, buckets=s.buckets, ranks=s.ranks, nodes=s.nodes,
+                   bandwidth_bytes_per_s=s.bandwidth_bytes_per_s, seconds=s.seconds * 3)
+        if s.grad_bytes == 1e6 and s.buckets == 25 else s
+        for s in clean
+    ]  # fmt: skip
+    model = fit(jitter)
+    assert model.net_efficiency == pytest.approx(TRUE.net_efficiency, rel=0.02)
+    assert model.beta_intra_s_per_byte == pytest.approx(TRUE.beta_intra_s_per_byte, rel=0.02)
+    assert model.rel_median < 0.01 < model.rel_rmse

@@ -1,6 +1,6 @@
-"""An alpha-beta model of data-parallel gradient all-reduce (ring algorithm), fitted by
-non-negative least squares to measured all-reduce times, and its prediction of a model's
-communication time and exposed (not overlapped) stall from its shape.
+"""An alpha-beta model of data-parallel gradient all-reduce (ring algorithm), fitted with
+non-negative parameters to least absolute relative error over measured all-reduce times, and its
+prediction of a model's communication time and exposed (not overlapped) stall from its shape.
 
 Per iteration, ``buckets`` ring all-reduces of ``grad_bytes`` in total over ``ranks`` ranks take
 
@@ -23,6 +23,8 @@ import numpy as np
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 
+L1_FLOOR = 0.01
+"""Relative residual below which a sample's reweighting stops growing (keeps IRLS stable)."""
 PARAMS = ("alpha_s", "bucket_s", "beta_intra_s_per_byte", "net_efficiency", "beta_net_s_per_byte")
 
 
@@ -87,6 +89,8 @@ class CommModel:
     """Samples fitted."""
     rel_rmse: float = 0.0
     """Root mean square of the relative residuals on the fitted samples."""
+    rel_median: float = 0.0
+    """Median absolute relative residual on the fitted samples."""
 
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, p) for p in PARAMS])
@@ -142,8 +146,10 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit(samples: Sequence[CommSample]) -> CommModel:
-    """Fit the parameters to relative error (each sample weighted by 1/seconds)."""
+def fit(samples: Sequence[CommSample], iterations: int = 30) -> CommModel:
+    """Fit the parameters to least absolute relative error, by iteratively reweighted least
+    squares: a few noisy small messages (millisecond jitter on a shared host) then cannot drag
+    the per-byte terms that large gradients depend on."""
     if len(samples) < len(PARAMS):
         raise ConfigError(f"fit: {len(samples)} samples; need at least {len(PARAMS)}")
     x = np.array([features(s.grad_bytes, s.buckets, s.ranks, s.nodes, s.bandwidth_bytes_per_s)
@@ -151,7 +157,13 @@ def fit(samples: Sequence[CommSample]) -> CommModel:
     y = np.array([s.seconds for s in samples])
     scale = x.max(axis=0)
     scale[scale == 0] = 1.0
-    coef = nnls(x / scale / y[:, None], np.ones(len(y))) / scale
-    rel = (x @ coef - y) / y
+    weight = np.ones(len(y))
+    for _ in range(iterations):
+        coef = nnls(x / scale / y[:, None] * weight[:, None], weight) / scale
+        rel = (x @ coef - y) / y
+        weight = 1.0 / np.sqrt(np.maximum(np.abs(rel), L1_FLOOR))
     values = dict(zip(PARAMS, (float(c) for c in coef), strict=True))
-    return CommModel(**values, samples=len(samples), rel_rmse=float(np.sqrt(np.mean(rel**2))))
+    return CommModel(
+        **values, samples=len(samples), rel_rmse=float(np.sqrt(np.mean(rel**2))),
+        rel_median=float(np.median(np.abs(rel))),
+    )  # fmt: skip
