@@ -1,1 +1,27 @@
-"""Distributed-training stalls: so far the all-reduce communication model (``commmodel``)."""
+"""Distributed-training stalls: the profiler (differential runs and direct instrumentation),
+emulated machines, the all-reduce model and the cloud cost advisor.
+
+``Profiler``, ``WORKLOADS``, ``Workload``, ``check_workload``, ``ProfileConfig`` and ``profile``
+are imported lazily (they pull in torch).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "Profiler": "recperf.stalls.profiler",
+    "WORKLOADS": "recperf.stalls.workloads",
+    "Workload": "recperf.stalls.base",
+    "check_workload": "recperf.stalls.base",
+    "ProfileConfig": "recperf.stalls.profile",
+    "profile": "recperf.stalls.profile",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'recperf.stalls' has no attribute {name!r}")

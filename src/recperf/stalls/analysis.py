@@ -1,0 +1,280 @@
+"""From rank traces to stall figures: per-run statistics computed from the traces (the direct
+method), and the differential decomposition across runs that each add one source of stall
+(the DS-Analyzer method), with the two cross-checked."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from recperf.core.errors import ConfigError
+from recperf.stalls.commmodel import CommSample
+from recperf.stalls.netem import parse_bandwidth
+from recperf.stalls.profiler import ANNOTATION, TRACE_FORMAT
+from recperf.stalls.spec import RunSpec
+
+STALLS = ("data_fetch_stall_s", "data_prep_stall_s", "interconnect_stall_s", "network_stall_s")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RunStats:
+    """Per-iteration means over the timed iterations, averaged over ranks."""
+
+    name: str
+    ranks: int
+    nodes: int
+    iteration_s: float
+    iteration_median_s: float
+    data_wait_s: float
+    compute_s: float
+    """Step time less the exposed all-reduce wait."""
+    backward_s: float
+    """Backward pass less the exposed all-reduce wait."""
+    exposed_comm_s: float
+    """From the last bucket's launch to the last completion: communication nothing overlaps."""
+    overlapped_comm_s: float
+    comm_busy_s: float
+    buckets: float
+    grad_bytes: int
+    param_bytes: int
+    num_param_tensors: int
+    flops_per_iter: float
+    device_name: str
+    instrumented: bool
+
+
+def _union(intervals: Sequence[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+COMM_NAMES = ("gloo:all_reduce", "nccl:all_reduce")
+"""torch.profiler ranges of a collective's execution (gloo's worker thread, NCCL's CPU side)."""
+
+
+def _is_comm(ev: Mapping[str, Any]) -> bool:
+    name = str(ev.get("name", ""))
+    if ev.get("cat") == "kernel":  # GPU: the NCCL kernel itself
+        return "nccl" in name.lower() and "allreduce" in name.lower().replace("_", "")
+    return name.startswith(COMM_NAMES) and ev.get("cat") != "kernel"
+
+
+def torch_iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per-iteration spans of a torch.profiler Chrome trace of a loop run under a
+    ``Profiler(annotate=True)``: its ``recperf:`` ranges plus the collectives the trace holds
+    (on GPUs the NCCL kernels are used when present, being the true transfer time)."""
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        name = str(e.get("name", ""))
+        if name.startswith(ANNOTATION):
+            spans.setdefault(name[len(ANNOTATION) :], []).append(
+                (e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+            )
+    comm = sorted((e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6) for e in events if _is_comm(e))
+    kernels = [e for e in events if _is_comm(e) and e.get("cat") == "kernel"]
+    if kernels:
+        comm = sorted((e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6) for e in kernels)
+    steps, waits = sorted(spans.get("step", [])), sorted(spans.get("data_wait", []))
+    if not steps or len(waits) < len(steps):
+        raise ConfigError("torch trace: no recperf:step / recperf:data_wait ranges "
+                          "(was the loop run under Profiler(annotate=True)?)")  # fmt: skip
+    out = []
+    for step in steps:
+        wait = max((w for w in waits if w[0] <= step[0]), default=(step[0], step[0]))
+        phases = {n: s for n, ss in spans.items() if n not in ("step", "data_wait")
+                  for s in ss if step[0] <= s[0] <= step[1]}  # fmt: skip
+        out.append({"data_wait": wait, "step": step, "phases": phases,
+                    "comm": [c for c in comm if step[0] <= c[0] <= step[1]]})  # fmt: skip
+    return out
+
+
+def _iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per-iteration spans of one rank's trace, warmup dropped."""
+    meta = trace.get("recperf", {})
+    if meta.get("format") != TRACE_FORMAT:
+        raise ConfigError(f"not a recperf stall trace (format {meta.get('format')!r})")
+    its: dict[int, dict[str, Any]] = {}
+    for ev in trace["traceEvents"]:
+        i = int(ev["args"]["iteration"])
+        it = its.setdefault(i, {"phases": {}, "comm": []})
+        a, b = ev["ts"] / 1e6, (ev["ts"] + ev["dur"]) / 1e6
+        if ev["name"] in ("data_wait", "step"):
+            it[ev["name"]] = (a, b)
+        elif ev["name"] == "allreduce":
+            it["comm"].append((a, b))
+        else:
+            it["phases"][ev["name"]] = (a, b)
+    warmup = int(meta.get("warmup", 0))
+    return [its[i] for i in sorted(its) if i >= warmup]
+
+
+def _iteration_figures(it: dict[str, Any]) -> dict[str, float]:
+    (d0, d1), (s0, s1) = it["data_wait"], it["step"]
+    comm = it["comm"]
+    exposed = 0.0
+    if comm:
+        last_launch = max(a for a, _ in comm)
+        exposed = min(max(0.0, max(b for _, b in comm) - last_launch), max(0.0, s1 - last_launch))
+    busy = _union(comm)
+    bwd = it["phases"].get("backward")
+    backward = (bwd[1] - bwd[0]) if bwd else float("nan")
+    return {
+        "iteration_s": s1 - d0,
+        "data_wait_s": d1 - d0,
+        "compute_s": (s1 - s0) - exposed,
+        "backward_s": max(0.0, backward - exposed),
+        "exposed_comm_s": exposed,
+        "overlapped_comm_s": max(0.0, busy - exposed),
+        "comm_busy_s": busy,
+        "buckets": float(len(comm)),
+    }
+
+
+def run_stats(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> RunStats:
+    """Means over timed iterations per rank, then over ranks (medians of iteration time too)."""
+    per_rank, medians = [], []
+    for tr in traces:
+        figs = [_iteration_figures(it) for it in _iterations(tr)]
+        if not figs:
+            raise ConfigError(f"run {spec.name}: a rank trace has no timed iterations")
+        per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
+        medians.append(statistics.median(f["iteration_s"] for f in figs))
+    mean = {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}
+    meta = traces[0]["recperf"]
+    return RunStats(
+        name=spec.name,
+        ranks=spec.ranks,
+        nodes=spec.nodes,
+        iteration_median_s=statistics.fmean(medians),
+        grad_bytes=int(meta["grad_bytes"]),
+        param_bytes=int(meta["param_bytes"]),
+        num_param_tensors=int(meta["num_param_tensors"]),
+        flops_per_iter=float(meta["flops_per_iter"]),
+        device_name=str(meta["device_name"]),
+        instrumented=bool(meta["instrumented"]),
+        **mean,
+    )
+
+
+def torch_trace_figures(traces: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Per-iteration means (over iterations, then ranks) from torch.profiler traces."""
+    per_rank = []
+    for tr in traces:
+        figs = [_iteration_figures(it) for it in torch_iterations(tr)]
+        per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
+    return {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}
+
+
+def comm_samples(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> list[CommSample]:
+    """The run's all-reduce microbenchmark (mean over ranks of each size's median)."""
+    if spec.ranks < 2 or not spec.comm:
+        return []
+    bandwidth = parse_bandwidth(spec.bandwidth) / 8 if spec.nodes > 1 and spec.bandwidth else None
+    rows = [tr["recperf"].get("microbench", []) for tr in traces]
+    out = []
+    for k, first in enumerate(rows[0]):
+        seconds = statistics.fmean(r[k]["seconds"] for r in rows)
+        out.append(
+            CommSample(
+                grad_bytes=first["bytes"],
+                buckets=1,
+                ranks=spec.ranks,
+                nodes=spec.nodes,
+                bandwidth_bytes_per_s=bandwidth,
+                seconds=seconds,
+            )
+        )
+    return out
+
+
+def _pos(x: float) -> float:
+    return max(0.0, x)
+
+
+def differential(runs: Mapping[str, RunStats]) -> dict[str, Any]:
+    """Stalls as differences of consecutive runs' iteration times (negative noise clipped to 0);
+    each figure names the runs it came from."""
+    t = {name: r.iteration_s for name, r in runs.items()}
+    base = "control" if "control" in t else "compute"
+    comm_top = "network" if "network" in t else "intra" if "intra" in t else base
+    last = "cold" if "cold" in t else "warm" if "warm" in t else comm_top
+    out: dict[str, Any] = {"iteration_s": t[last], "compute_s": t[base]}
+    method = {
+        "iteration_s": f"measured: run '{last}'",
+        "compute_s": f"measured: run '{base}'"
+        + (
+            " (N ranks, no communication: includes CPU contention between ranks)"
+            if base == "control"
+            else ""
+        ),
+    }
+    pairs = {
+        "interconnect_stall_s": ("intra", base),
+        "network_stall_s": ("network", "intra"),
+        "data_prep_stall_s": ("warm", comm_top),
+        "data_fetch_stall_s": ("cold", "warm"),
+    }
+    for key, (hi, lo) in pairs.items():
+        if hi in t and lo in t:
+            out[key] = _pos(t[hi] - t[lo])
+            method[key] = f"differential: run '{hi}' - run '{lo}'"
+        else:
+            out[key] = 0.0
+            method[key] = f"not measured (no run '{hi}'): 0"
+    out["contention_s"] = _pos(t[base] - t["compute"]) if base == "control" else 0.0
+    out["unexplained_s"] = out["iteration_s"] - out["compute_s"] - sum(out[k] for k in STALLS)
+    out["method"] = method
+    return out
+
+
+def direct(runs: Mapping[str, RunStats]) -> dict[str, Any]:
+    """The same stalls from the traces alone: data wait, and exposed all-reduce time."""
+    last = next(n for n in ("cold", "warm", "network", "intra", "control", "compute") if n in runs)
+    r = runs[last]
+    comm_top = "network" if "network" in runs else "intra" if "intra" in runs else None
+    out: dict[str, Any] = {
+        "run": last,
+        "iteration_s": r.iteration_s,
+        "compute_s": r.compute_s,
+        "data_stall_s": r.data_wait_s,
+        "exposed_comm_s": r.exposed_comm_s,
+        "overlapped_comm_s": r.overlapped_comm_s,
+        "backward_s": r.backward_s,
+        "buckets": r.buckets,
+    }
+    if "intra" in runs:
+        out["interconnect_stall_s"] = runs["intra"].exposed_comm_s
+    if "network" in runs and "intra" in runs:
+        out["network_stall_s"] = _pos(runs["network"].exposed_comm_s - runs["intra"].exposed_comm_s)
+    if comm_top is not None and last in ("warm", "cold"):
+        out["data_stall_added_s"] = _pos(r.data_wait_s - runs[comm_top].data_wait_s)
+    return out
+
+
+def cross_check(diff: Mapping[str, Any], dirc: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+    """Differential versus direct figure for each stall both methods measured."""
+    pairs = {"interconnect_stall_s": "interconnect_stall_s", "network_stall_s": "network_stall_s"}
+    out = {}
+    for key, dkey in pairs.items():
+        if dkey in dirc and not diff["method"][key].startswith("not"):
+            out[key] = _agreement(diff[key], dirc[dkey])
+    if "data_stall_added_s" in dirc:
+        both = diff["data_prep_stall_s"] + diff["data_fetch_stall_s"]
+        out["data_stall_s"] = _agreement(both, dirc["data_stall_added_s"])
+    return out
+
+
+def _agreement(a: float, b: float) -> dict[str, float]:
+    scale = max(abs(a), abs(b), 1e-12)
+    return {"differential_s": a, "direct_s": b, "rel_diff": abs(a - b) / scale}
+
+
+def stats_json(r: RunStats) -> dict[str, Any]:
+    return asdict(r)

@@ -1,0 +1,263 @@
+"""``profile``: the differential runs of one workload and topology, each adding one source of
+stall, analysed both ways and written as ``summary.json`` (plus every run's spec, rank traces
+and logs under ``runs/``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import recperf.stalls.workloads  # noqa: F401 - registers the built-in workloads
+from recperf.core.config import check_range
+from recperf.core.errors import ConfigError
+from recperf.core.results import write_json
+from recperf.stalls import analysis, netem, runner
+from recperf.stalls.base import WORKLOADS, DataSpec, Workload, grad_bytes
+from recperf.stalls.spec import RunSpec
+
+Progress = Callable[[float, str], None]
+DDP_FIRST_BUCKET = 1 << 20
+DDP_BUCKET = 25 << 20
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ProfileConfig:
+    """What to profile and how."""
+
+    workload: str = "dlrm"
+    """Registered workload or package.module:attr."""
+    workload_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the workload factory."""
+    ranks: int = 2
+    """Data-parallel ranks (>= 1)."""
+    nodes: int = 1
+    """Emulated machines (1..ranks, dividing ranks); > 1 needs root for namespaces."""
+    bandwidth: str = "1gbit"
+    """Link bandwidth of each emulated machine."""
+    iters: int = 20
+    """Timed iterations per run (>= 1)."""
+    warmup: int = 3
+    """Untimed iterations per run (>= 0)."""
+    batch_size: int = 256
+    """Samples per rank per iteration."""
+    seed: int = 0
+    """Model and data seed."""
+    threads: int | None = None
+    """torch threads per rank (default: this machine's cores / ranks, at least 1)."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """cpu (gloo) or cuda (NCCL)."""
+    real_data: bool = True
+    """Run the warm- and cold-cache real-data runs (when the workload has real data)."""
+    data_dir: Path | None = None
+    """Where real data is generated and read (default: OUT/data)."""
+    delay_ms: float = 0.0
+    """Injected data stall in every run's data iterator (to validate attribution)."""
+    timeout_s: float = 600.0
+    """Per-run time limit."""
+    torch_trace_iters: int = 0
+    """Timed iterations of every run also captured with torch.profiler (0: none)."""
+
+    def __post_init__(self) -> None:
+        check_range("ranks", self.ranks, 1, None)
+        check_range("nodes", self.nodes, 1, self.ranks)
+        if self.ranks % self.nodes:
+            raise ConfigError(f"ranks = {self.ranks}: must be a multiple of nodes = {self.nodes}")
+        netem.parse_bandwidth(self.bandwidth)
+        check_range("iters", self.iters, 1, None)
+        check_range("batch_size", self.batch_size, 1, None)
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"device = {self.device!r}: expected cpu or cuda")
+        if self.threads is not None:
+            check_range("threads", self.threads, 1, None)
+
+    @property
+    def threads_per_rank(self) -> int:
+        return self.threads or max(1, (os.cpu_count() or 1) // self.ranks)
+
+
+def ddp_buckets(param_bytes: list[int]) -> int:
+    """Buckets DDP forms (reverse parameter order, 1 MiB first bucket then 25 MiB)."""
+    buckets, fill, cap = 0, 0, DDP_FIRST_BUCKET
+    for n in reversed(param_bytes):
+        if fill == 0:
+            buckets += 1
+        fill += n
+        if fill >= cap:
+            fill, cap = 0, DDP_BUCKET
+    return max(buckets, 1)
+
+
+def plan(
+    config: ProfileConfig, data_dir: Path, has_data: bool, sizes: tuple[int, ...]
+) -> list[RunSpec]:
+    """The runs, each adding one source of stall to the one before."""
+    base = RunSpec(
+        name="compute",
+        workload=config.workload,
+        workload_options=dict(config.workload_options),
+        ranks=1,
+        comm=False,
+        iters=config.iters,
+        warmup=config.warmup,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        threads=config.threads_per_rank,
+        device=config.device,
+        delay_ms=config.delay_ms,
+        timeout_s=config.timeout_s,
+        torch_trace_iters=min(config.torch_trace_iters, config.iters),
+    )
+    runs = [base]
+    n, m = config.ranks, config.nodes
+    if n > 1:
+        runs.append(replace(base, name="control", ranks=n))
+        runs.append(replace(base, name="intra", ranks=n, comm=True, microbench_bytes=sizes))
+    top = runs[-1]
+    if m > 1:
+        top = replace(top, name="network", nodes=m, bandwidth=config.bandwidth)
+        runs.append(top)
+    if has_data and config.real_data:
+        real = replace(top, data="real", data_dir=str(data_dir), microbench_bytes=())
+        runs += [replace(real, name="warm", cache="warm"), replace(real, name="cold", cache="cold")]
+    return runs
+
+
+def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Run every differential run, analyse, write ``out/summary.json``; return the summary."""
+    workload: Workload = WORKLOADS.create(config.workload, **config.workload_options)
+    model = workload.build(config.seed)
+    gbytes = grad_bytes(model)
+    sizes = tuple(sorted({1 << 16, 1 << 18, 1 << 20, 1 << 22, gbytes, 2 * gbytes}))
+    data_dir = config.data_dir or out / "data"
+    skipped: dict[str, str] = {}
+    files: list[Path] = []
+    if config.real_data:
+        data_spec = DataSpec(
+            batch_size=config.batch_size,
+            world=config.ranks,
+            batches=config.warmup + config.iters + 8,
+            seed=config.seed,
+        )
+        files = workload.prepare_data(data_dir, data_spec)
+        if not files:
+            skipped["warm"] = skipped["cold"] = f"workload {config.workload} has no real data"
+    nodes = config.nodes
+    why = netem.available() if nodes > 1 else None
+    if why:
+        skipped["network"] = f"{why}; ran the single-node parts only"
+        config, nodes = replace(config, nodes=1), 1
+    runs = plan(config, data_dir, bool(files), sizes)
+    stats: dict[str, analysis.RunStats] = {}
+    torch_figs: dict[str, dict[str, float]] = {}
+    samples = []
+    with _network(nodes, config.bandwidth) as net:
+        for i, spec in enumerate(runs):
+            if progress is not None:
+                progress(i / len(runs), f"run {spec.name} ({i + 1}/{len(runs)})")
+            if spec.data == "real":
+                (runner.warm if spec.cache == "warm" else runner.evict)(files)
+            run_dir = out / "runs" / spec.name
+            traces = runner.launch(spec, run_dir, net)
+            stats[spec.name] = analysis.run_stats(spec, traces)
+            if spec.torch_trace_iters:
+                paths = sorted(run_dir.glob("torch_rank*.json"))
+                torch_figs[spec.name] = analysis.torch_trace_figures(
+                    [json.loads(p.read_text()) for p in paths]
+                )
+            samples += analysis.comm_samples(spec, traces)
+    if progress is not None:
+        progress(1.0, "analysing")
+    summary = _summary(
+        config, stats, samples, skipped, [p.numel() * p.element_size() for p in model.parameters()]
+    )
+    if torch_figs:
+        summary["torch_trace"] = torch_figs
+        summary["method"]["torch_trace"] = (
+            "direct, from torch.profiler traces: recperf:data_wait/step ranges and the "
+            "collectives' own ranges (gloo worker thread; NCCL kernels on GPUs)"
+        )
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+@contextlib.contextmanager
+def _network(nodes: int, bandwidth: str) -> Iterator[netem.EmulatedNetwork | None]:
+    if nodes < 2:
+        yield None
+        return
+    with netem.EmulatedNetwork(nodes, bandwidth) as net:
+        yield net
+
+
+def _summary(
+    config: ProfileConfig,
+    stats: dict[str, analysis.RunStats],
+    samples: list[Any],
+    skipped: dict[str, str],
+    param_sizes: list[int],
+) -> dict[str, Any]:
+    diff = analysis.differential(stats)
+    dirc = analysis.direct(stats)
+    base = stats.get("control", stats["compute"])
+    comm_run = stats.get("network", stats.get("intra"))
+    if comm_run is not None and comm_run.buckets > 0:
+        layers, layers_method = (
+            round(comm_run.buckets),
+            f"measured: DDP hook calls in run '{comm_run.name}'",
+        )
+    else:
+        layers, layers_method = (
+            ddp_buckets(param_sizes),
+            "estimated: DDP bucketing (1 MiB, then 25 MiB)",
+        )
+    it = diff["iteration_s"]
+    figures = {k: diff[k] for k in ("iteration_s", "compute_s", *analysis.STALLS)}
+    summary: dict[str, Any] = {
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "workload": config.workload,
+        "workload_options": config.workload_options,
+        "ranks": config.ranks,
+        "nodes": config.nodes,
+        "bandwidth": config.bandwidth if config.nodes > 1 else None,
+        "bandwidth_bits_per_s": netem.parse_bandwidth(config.bandwidth)
+        if config.nodes > 1
+        else None,
+        "iters": config.iters,
+        "batch_size": config.batch_size,
+        "threads_per_rank": config.threads_per_rank,
+        "device": config.device,
+        "device_name": base.device_name,
+        "delay_ms": config.delay_ms,
+        **figures,
+        **{
+            k.removesuffix("_s") + "_frac": (v / it if it > 0 else math.nan)
+            for k, v in figures.items()
+            if k != "iteration_s"
+        },
+        "contention_s": diff["contention_s"],
+        "unexplained_s": diff["unexplained_s"],
+        "backward_s": base.backward_s,
+        "grad_bytes": base.grad_bytes,
+        "param_bytes": base.param_bytes,
+        "num_layers": layers,
+        "num_param_tensors": base.num_param_tensors,
+        "flops_per_iter": base.flops_per_iter,
+        "method": {
+            **diff["method"],
+            "num_layers": layers_method,
+            "grad_bytes": "measured: trainable parameter bytes (what DDP all-reduces)",
+        },
+        "direct": dirc,
+        "cross_check": analysis.cross_check(diff, dirc),
+        "skipped": skipped,
+        "runs": [analysis.stats_json(s) for s in stats.values()],
+        "comm_samples": [asdict(s) for s in samples],
+    }
+    return summary

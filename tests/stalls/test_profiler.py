@@ -1,0 +1,94 @@
+"""The direct instrumentation: data wait and phases timed, every DDP bucket's all-reduce seen
+by the hook with the same result as DDP's default, the trace round-trips into the analysis."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from recperf.core.errors import ConfigError
+from recperf.stalls import analysis
+from recperf.stalls.profiler import Profiler
+from recperf.stalls.spec import RunSpec
+
+
+def _slow(n: int, delay: float) -> Iterator[int]:
+    for i in range(n):
+        time.sleep(delay)
+        yield i
+
+
+def test_data_wait_and_phases_are_timed(tmp_path: Path) -> None:
+    prof = Profiler(cuda=False)
+    seen = []
+    for item in prof.data(_slow(3, 0.02)):
+        with prof.step():
+            with prof.phase("forward"):
+                time.sleep(0.01)
+            seen.append(item)
+    assert seen == [0, 1, 2] and len(prof.records) == 3
+    for r in prof.records:
+        assert 0.02 <= r.data_end - r.start < 0.2
+        assert r.end - r.data_end >= 0.01
+        ((name, a, b),) = r.phases
+        assert name == "forward" and b - a >= 0.01
+    trace = prof.write_trace(tmp_path / "rank0.json", meta={"warmup": 0})
+    assert trace.is_file()
+    its = analysis._iterations(prof.trace(0, {"warmup": 1}))
+    assert len(its) == 2
+
+
+@pytest.fixture()
+def group(tmp_path: Path) -> Iterator[None]:
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_hook_times_every_bucket_and_keeps_gradients(group: None) -> None:
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
+    timed = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
+    timed.load_state_dict(plain.state_dict())
+    ddp_plain = nn.parallel.DistributedDataParallel(plain, bucket_cap_mb=0.5)
+    ddp_timed = nn.parallel.DistributedDataParallel(timed, bucket_cap_mb=0.5)
+    prof = Profiler(ddp_timed, cuda=False)
+    assert prof.hooked
+    x = torch.randn(8, 64)
+    ddp_plain(x).sum().backward()
+    for _ in prof.data([x, x]):  # DDP settles its buckets after the first iteration
+        timed.zero_grad()
+        with prof.step():
+            ddp_timed(x).sum().backward()
+    for a, b in zip(plain.parameters(), timed.parameters(), strict=True):
+        assert a.grad is not None and b.grad is not None
+        assert torch.allclose(a.grad, b.grad)
+    rec = prof.records[-1]
+    total = sum(p.numel() * 4 for p in timed.parameters())
+    assert len(rec.comm) >= 2  # the buckets
+    assert sum(n for _, _, n in rec.comm) == total
+    assert all(rec.data_end <= a <= b <= rec.end for a, b, _ in rec.comm)
+
+
+def test_run_spec_round_trip_and_errors(tmp_path: Path) -> None:
+    spec = RunSpec(name="x", workload="mlp", ranks=4, nodes=2, bandwidth="1gbit",
+                   microbench_bytes=(1, 2))  # fmt: skip
+    assert RunSpec.load(spec.save(tmp_path / "s.json")) == spec
+    (tmp_path / "bad.json").write_text('{"name": "x", "workload": "mlp", "colour": 1}')
+    with pytest.raises(ConfigError, match="unknown field 'colour'"):
+        RunSpec.load(tmp_path / "bad.json")
+    with pytest.raises(ConfigError, match="multiple of nodes"):
+        RunSpec(name="x", workload="mlp", ranks=3, nodes=2, bandwidth="1gbit")
+    with pytest.raises(ConfigError, match="bandwidth"):
+        RunSpec(name="x", workload="mlp", ranks=2, nodes=2)
+    with pytest.raises(ConfigError, match="data_dir"):
+        RunSpec(name="x", workload="mlp", data="real")
