@@ -1,0 +1,261 @@
+"""End to end: the differential runs of a tiny workload on real rank processes, the summary's
+contract, a failed or hung rank, emulated nodes (with root), and the CLI on top."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from recperf.cli.main import app
+from recperf.stalls import netem, runner
+from recperf.stalls.profile import ProfileConfig, profile
+from recperf.stalls.spec import RunSpec
+
+TINY = {"features": 8, "hidden": [16]}
+FIGURES = (
+    "compute_s",
+    "data_fetch_stall_s",
+    "data_prep_stall_s",
+    "interconnect_stall_s",
+    "network_stall_s",
+)
+cli = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("profile")
+    res = cli.invoke(
+        app,
+        [
+            "stalls",
+            "profile",
+            "--workload",
+            "mlp",
+            "--option",
+            "features=8",
+            "--option",
+            "hidden=[16]",
+            "--ranks",
+            "2",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--batch-size",
+            "8",
+            "--out",
+            str(out),
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    return out, json.loads(res.stdout)
+
+
+def test_summary_contract(tiny: tuple[Path, dict[str, Any]]) -> None:
+    out, s = tiny
+    assert json.loads((out / "summary.json").read_text()) == s
+    assert [r["name"] for r in s["runs"]] == ["compute", "control", "intra", "warm", "cold"]
+    for key in ("iteration_s", *FIGURES):
+        assert s[key] >= 0.0 and key in s["method"]
+    for key in FIGURES:
+        assert s[key.removesuffix("_s") + "_frac"] == pytest.approx(s[key] / s["iteration_s"])
+    parts = s["compute_s"] + sum(s[k] for k in FIGURES[1:]) + s["unexplained_s"]
+    assert parts == pytest.approx(s["iteration_s"])
+    assert s["iteration_s"] == next(r["iteration_s"] for r in s["runs"] if r["name"] == "cold")
+    assert s["grad_bytes"] == 4 * (8 * 16 + 16 + 16 * 10 + 10)
+    assert s["num_layers"] == 1 and s["method"]["num_layers"].startswith("measured")
+    assert s["network_stall_s"] == 0.0 and s["method"]["network_stall_s"].startswith("not")
+    assert s["flops_per_iter"] > 0 and s["direct"]["run"] == "cold"
+    assert {"interconnect_stall_s", "data_stall_s"} <= set(s["cross_check"])
+    assert len(s["comm_samples"]) == 6 and all(c["ranks"] == 2 for c in s["comm_samples"])
+    for run in ("compute", "intra", "cold"):
+        traces = sorted((out / "runs" / run).glob("rank*.json"))
+        assert len(traces) == (1 if run == "compute" else 2)
+        assert (out / "runs" / run / "spec.json").is_file()
+
+
+def test_fit_predict_advise_on_the_profile(
+    tiny: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    out, _ = tiny
+    model = tmp_path / "model.json"
+    res = cli.invoke(app, ["stalls", "fit", "--profiles", str(out), "--out", str(model), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(model.read_text())["samples"] == 6
+    res = cli.invoke(
+        app,
+        [
+            "stalls",
+            "predict",
+            "--model",
+            str(model),
+            "--grad-bytes",
+            "4e6",
+            "--layers",
+            "2",
+            "--ranks",
+            "2",
+            "--backward-s",
+            "0.01",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    p = json.loads(res.stdout)
+    assert p["comm_s"] > 0 and p["nodes"] == 1 and p["exposed_stall_s"] <= p["comm_s"]
+    res = cli.invoke(
+        app,
+        [
+            "stalls",
+            "advise",
+            "--profile",
+            str(out),
+            "--budget-h",
+            "1",
+            "--model",
+            str(model),
+            "--out",
+            str(tmp_path),
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    advice = json.loads(res.stdout)
+    assert advice["recommendation"] is not None and advice["epoch_samples"] == 1_000_000
+    assert (tmp_path / "pareto.html").is_file() and (tmp_path / "advice.json").is_file()
+    res = cli.invoke(app, ["stalls", "analyze", "--run", str(out / "runs" / "intra"), "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["buckets"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["profile", "--ranks", "3", "--nodes", "2", "--out", "x"], "multiple of nodes"),
+        (["profile", "--bandwidth", "fast", "--out", "x"], "bandwidth 'fast'"),
+        (["profile", "--device", "tpu", "--out", "x"], "device = 'tpu'"),
+        (["profile", "--option", "noequals", "--out", "x"], "KEY=VALUE"),
+        (["profile", "--workload", "nope", "--out", "x"], "unknown stall workload 'nope'"),
+        (["fit", "--profiles", "missing-dir", "--out", "m.json"], "not a profile summary"),
+        (
+            [
+                "predict",
+                "--model",
+                "missing.json",
+                "--grad-bytes",
+                "1",
+                "--layers",
+                "1",
+                "--ranks",
+                "2",
+            ],
+            "not a communication model file",
+        ),
+    ],
+)
+def test_bad_input_is_one_line(
+    args: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    res = cli.invoke(app, ["stalls", *args])
+    assert res.exit_code == 2, res.output
+    assert needle in res.output and "Traceback" not in res.output
+
+
+def test_failed_rank_stops_the_run_with_its_log(tmp_path: Path) -> None:
+    spec = RunSpec(name="broken", workload="recperf.stalls.workloads:Nope", ranks=2, iters=1)
+    with pytest.raises(runner.RunError, match=r"run broken: rank .* has no 'Nope'"):
+        runner.launch(spec, tmp_path)
+
+
+def test_hung_run_times_out_and_is_killed(tmp_path: Path) -> None:
+    spec = RunSpec(name="slow", workload="mlp", ranks=1, iters=1, delay_ms=60_000, timeout_s=8)
+    with pytest.raises(runner.RunError, match="timed out"):
+        runner.launch(spec, tmp_path)
+    assert not list(tmp_path.glob("rank*.json"))
+
+
+@pytest.mark.skipif(netem.available() is not None, reason=str(netem.available()))
+def test_emulated_nodes_add_a_network_stall(tmp_path: Path) -> None:
+    config = ProfileConfig(
+        workload="mlp",
+        workload_options={"features": 8, "hidden": (512, 256)},
+        ranks=2,
+        nodes=2,
+        bandwidth="50mbit",
+        iters=3,
+        warmup=1,
+        batch_size=8,
+        real_data=False,
+    )
+    s = profile(config, tmp_path)
+    assert [r["name"] for r in s["runs"]] == ["compute", "control", "intra", "network"]
+    # 2 ranks: each sends and receives grad_bytes over its 50 Mbit/s uplink per iteration
+    line_rate_s = s["grad_bytes"] / (50e6 / 8)
+    assert 0.5 * line_rate_s < s["network_stall_s"] < 1.5 * line_rate_s
+    assert s["cross_check"]["network_stall_s"]["rel_diff"] < 0.3
+    assert s["bandwidth_bits_per_s"] == 50e6
+    assert any(c["nodes"] == 2 for c in s["comm_samples"])
+    assert netem.leftovers() == ([], [])
+
+
+def test_without_root_the_network_run_is_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(netem, "available", lambda: "emulated nodes need root")
+    config = ProfileConfig(
+        workload="mlp",
+        workload_options=dict(TINY, hidden=(16,)),
+        ranks=1,
+        nodes=1,
+        iters=1,
+        warmup=0,
+        batch_size=4,
+        real_data=False,
+    )
+    s = profile(config, tmp_path)
+    assert [r["name"] for r in s["runs"]] == ["compute"]
+    assert s["num_layers"] == 1 and s["method"]["num_layers"].startswith("estimated")
+    config2 = ProfileConfig(
+        workload="mlp",
+        workload_options=dict(TINY, hidden=(16,)),
+        ranks=2,
+        nodes=2,
+        iters=1,
+        warmup=0,
+        batch_size=4,
+        real_data=False,
+    )
+    s2 = profile(config2, tmp_path / "two")
+    assert "need root" in s2["skipped"]["network"] and s2["nodes"] == 1
+    assert [r["name"] for r in s2["runs"]] == ["compute", "control", "intra"]
+
+
+def test_torch_profiler_traces_give_the_same_breakdown(tmp_path: Path) -> None:
+    config = ProfileConfig(
+        workload="mlp",
+        workload_options={"features": 8, "hidden": (256,)},
+        ranks=2,
+        iters=3,
+        warmup=1,
+        batch_size=8,
+        real_data=False,
+        torch_trace_iters=2,
+        delay_ms=20,
+    )
+    s = profile(config, tmp_path)
+    assert set(s["torch_trace"]) == {"compute", "control", "intra"}
+    assert (tmp_path / "runs" / "intra" / "torch_rank1.json").is_file()
+    intra = s["torch_trace"]["intra"]
+    ours = next(r for r in s["runs"] if r["name"] == "intra")
+    assert intra["buckets"] == ours["buckets"] == 1.0
+    assert intra["comm_busy_s"] > 0 and intra["exposed_comm_s"] > 0
+    for run in s["torch_trace"].values():  # the injected 20 ms data stall, seen in the traces
+        assert run["data_wait_s"] == pytest.approx(0.02, rel=0.5)
+    assert "torch.profiler" in s["method"]["torch_trace"]
