@@ -44,6 +44,8 @@ NETSENS_PARTS = ("jct-cdf", "makespan", "jct-mean", "comm")
 # The ingestion section's figures: one line per simulated spec, one split, two live.
 INGEST_QUICK_FIGURES = 4
 INGEST_FULL_FIGURES = 6
+# The stall section's figures: the breakdown, the all-reduce model and the advisor's frontier.
+STALLS_FIGURES = 3
 CELLS = list(itertools.product(ns.SCHEDULERS, ns.CONGESTION))
 
 
@@ -117,7 +119,7 @@ def test_report_has_every_figure_and_inline_plotly(
     for part in NETSENS_PARTS:
         assert f'<div class="rp-figure" id="netsens-{part}"' in page
     assert page.count('class="rp-figure"') == (
-        len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_QUICK_FIGURES
+        len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_QUICK_FIGURES + STALLS_FIGURES
     )
     assert "plotly.js v" in page  # the library itself, inline
     assert not re.search(r"<script[^>]+src=", page)  # nothing fetched from the network
@@ -125,6 +127,7 @@ def test_report_has_every_figure_and_inline_plotly(
     assert f'<a href="#netsens">{ns.TITLE}</a>' in page
     assert page.index('<section id="cluster">') < page.index('<section id="netsens">')
     assert page.index('<section id="netsens">') < page.index('<section id="ingest">')
+    assert page.index('<section id="ingest">') < page.index('<section id="stalls">')
     assert f"recperf {recperf.__version__}" in page
     for name in SCHEDULERS:
         assert f'<td class="rp-l">{name}</td>' in page
@@ -287,7 +290,7 @@ def test_full_report_covers_both_traces_and_the_congestion_grid(tmp_path: Path) 
         for part in FIGURE_PARTS:
             assert f'id="cluster-{index}-{trace}-{part}"' in page
     assert page.count('class="rp-figure"') == (
-        2 * len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_FULL_FIGURES
+        2 * len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_FULL_FIGURES + STALLS_FIGURES
     )
     grid = report["sections"]["netsens"]["data"]
     assert (grid["trace"], grid["cluster"]) == ("helios-500", "helios")
@@ -377,7 +380,8 @@ def test_every_figure_draws_in_chromium(
 ) -> None:
     dom = _dump_dom(quick_report[0], tmp_path / "profile")
     drawn, total = _figures_drawn(dom)
-    assert drawn == total == len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_QUICK_FIGURES
+    expected = len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_QUICK_FIGURES + STALLS_FIGURES
+    assert drawn == total == expected
     assert dom.count('class="main-svg"') >= total
     for part in NETSENS_PARTS:  # each new figure drew its own svg
         div = re.search(rf'<div class="rp-figure[^"]*" id="netsens-{part}".*?</svg>', dom, re.S)

@@ -22,8 +22,14 @@ from recperf.report.cluster_section import cluster_section
 from recperf.report.ingest_section import ingest_section
 from recperf.report.netsens_section import netsens_section
 from recperf.report.section import FIGURE_CLASS, Section, SectionBuilder
+from recperf.report.stalls_section import stalls_section
 
-SECTIONS: tuple[SectionBuilder, ...] = (cluster_section, netsens_section, ingest_section)
+SECTIONS: tuple[SectionBuilder, ...] = (
+    cluster_section,
+    netsens_section,
+    ingest_section,
+    stalls_section,
+)
 """In page order."""
 TEMPLATE = "template.html.j2"
 

@@ -1,0 +1,388 @@
+"""The report's distributed-training stall section: profile an embedded default (differential runs
+on this machine), then show the per-run and differential breakdowns, the all-reduce model against
+its measurements, and the cloud advisor's time-cost frontier.
+
+Run names, methods and skip reasons are escaped as in the other sections: ``html.escape`` for
+hand-built HTML and for plotly labels (which plotly renders as a small HTML subset).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from recperf.core.errors import RecperfError
+from recperf.core.progress import ProgressFn
+from recperf.core.results import dumps_json
+from recperf.report.cluster_section import LAYOUT, plot_title
+from recperf.report.section import Section, figure_html, fmt_num, table_html
+from recperf.stalls import netem
+from recperf.stalls.advisor import Advice, AdvisorConfig, advise, pareto_figure
+from recperf.stalls.analysis import STALLS
+from recperf.stalls.commmodel import PARAMS, CommModel, CommSample, fit
+from recperf.stalls.profile import ProfileConfig, profile
+
+KEY = "stalls"
+TITLE = "Distributed-training stalls"
+BUDGET_H = 2.0
+EPOCH_SAMPLES = {"dlrm": 45_840_617, "mlp": 1_000_000}
+"""Samples per epoch for the advisor: the Criteo Kaggle training rows for DLRM."""
+DEFAULT_EPOCH_SAMPLES = 1_000_000
+MIN_SAMPLES = len(PARAMS)
+"""The all-reduce model has five parameters: fewer samples cannot determine it."""
+PROFILE_SHARE = 0.9
+"""Share of the section's progress given to the profile (the rest fits, advises and plots)."""
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
+FIGURES = ("iteration_s", "compute_s", *STALLS, "contention_s", "unexplained_s")
+"""The breakdown rows, in table order."""
+SCALARS = (
+    *FIGURES,
+    *(k.removesuffix("_s") + "_frac" for k in ("compute_s", *STALLS)),
+    "backward_s",
+    "grad_bytes",
+    "num_layers",
+    "flops_per_iter",
+    "param_bytes",
+)
+SETUP = ("workload", "ranks", "nodes", "bandwidth", "iters", "batch_size", "device", "device_name")
+_EXTRA_METHOD = {
+    "contention_s": "part of compute: run 'control' - run 'compute' (CPU shared between ranks)",
+    "unexplained_s": "iteration - compute - the four stalls",
+}
+_PARAM_MEANING = {
+    "alpha_s": "seconds per ring step (latency)",
+    "bucket_s": "seconds per all-reduce call",
+    "beta_intra_s_per_byte": "seconds per byte inside one machine",
+    "net_efficiency": "network per-byte time in units of 1/bandwidth",
+    "beta_net_s_per_byte": "network seconds per byte beyond the bandwidth term",
+}
+
+
+def default_config(quick: bool) -> ProfileConfig:
+    """The embedded default: DLRM on two emulated machines when namespaces can be made here
+    (about a minute), or a tiny MLP on one (``quick``, for tests and previews)."""
+    if quick:
+        return ProfileConfig(
+            workload="mlp",
+            workload_options={"features": 64, "hidden": (128,)},
+            ranks=2,
+            nodes=1,
+            iters=3,
+            warmup=1,
+            real_data=False,
+        )
+    nodes = 2 if netem.available() is None else 1
+    return ProfileConfig(
+        workload="dlrm", ranks=2, nodes=nodes, bandwidth="500mbit", iters=15, warmup=3
+    )
+
+
+class _Monotone:
+    """Passes the section's progress on, clamped to 0..1 and never moving backwards."""
+
+    def __init__(self, progress: ProgressFn | None) -> None:
+        self.progress = progress
+        self.last = 0.0
+
+    def __call__(self, frac: float) -> None:
+        self.last = max(self.last, min(max(frac, 0.0), 1.0))
+        if self.progress is not None:
+            self.progress(self.last)
+
+
+def stalls_section(*, quick: bool = False, progress: ProgressFn | None = None) -> Section:
+    """Profile the embedded default in a temporary directory and build the section."""
+    report = _Monotone(progress)
+    with tempfile.TemporaryDirectory(prefix="recperf-stalls-") as tmp:
+        summary = profile(
+            default_config(quick), Path(tmp), progress=lambda f, _m: report(PROFILE_SHARE * f)
+        )
+    section = section_from_summary(summary)
+    report(1.0)
+    return section
+
+
+# -- model and advice -------------------------------------------------------------------------
+
+
+def fit_model(samples: Sequence[Mapping[str, Any]]) -> tuple[CommModel | None, str]:
+    """The all-reduce model fitted to the profile's microbenchmark, or None and why not."""
+    if len(samples) < MIN_SAMPLES:
+        return None, (
+            f"The profile measured {len(samples)} all-reduce sample(s); fitting the "
+            f"{MIN_SAMPLES}-parameter communication model needs at least {MIN_SAMPLES}, so the "
+            f"measured-vs-predicted figure is left out and the advisor uses its default model."
+        )
+    try:
+        return fit([CommSample(**s) for s in samples]), ""
+    except (RecperfError, TypeError) as exc:
+        return None, f"The communication model could not be fitted: {exc}"
+
+
+def run_advisor(summary: Mapping[str, Any], model: CommModel | None) -> tuple[Advice | None, str]:
+    """The advisor's advice for the profiled workload, or None and why not."""
+    samples = EPOCH_SAMPLES.get(str(summary.get("workload")), DEFAULT_EPOCH_SAMPLES)
+    try:
+        return advise(
+            summary, AdvisorConfig(budget_h=BUDGET_H, epoch_samples=samples), model=model
+        ), ""
+    except RecperfError as exc:
+        return None, f"The cloud advisor could not run on this profile: {exc}"
+
+
+def _predicted(model: CommModel, s: Mapping[str, Any]) -> float:
+    return model.predict(
+        s["grad_bytes"], s["buckets"], s["ranks"], s["nodes"], s["bandwidth_bytes_per_s"]
+    )
+
+
+def _jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The same values as report.json will hold them (NaN and inf as null)."""
+    out: dict[str, Any] = json.loads(dumps_json(data))
+    return out
+
+
+# -- the section ------------------------------------------------------------------------------
+
+
+def section_from_summary(summary: Mapping[str, Any]) -> Section:
+    """The section for a finished profile's summary (as ``profile`` returns it)."""
+    model, model_note = fit_model(summary["comm_samples"])
+    advice, advice_note = run_advisor(summary, model)
+    data = {
+        "setup": {k: summary.get(k) for k in SETUP},
+        "figures": {k: summary[k] for k in SCALARS},
+        "method": dict(summary["method"]),
+        "cross_check": dict(summary["cross_check"]),
+        "skipped": dict(summary["skipped"]),
+        "runs": list(summary["runs"]),
+        "comm_samples": list(summary["comm_samples"]),
+        "comm_model": None if model is None else {p: getattr(model, p) for p in PARAMS},
+        "comm_model_samples": 0 if model is None else model.samples,
+        "comm_model_rel_rmse": None if model is None else model.rel_rmse,
+        "advice": None if advice is None else advice.to_json(),
+    }
+    figs = [figure_html(f"{KEY}-breakdown", _breakdown_figure(summary), _BREAKDOWN_NOTE)]
+    if model is not None:
+        figs.append(_comm_figure(summary["comm_samples"], model))
+    if advice is not None:
+        figs.append(_pareto_html(advice))
+    notes = [_skipped_text(summary["skipped"]), model_note, advice_note]
+    body = (
+        f"<p>{html.escape(_setup_text(summary))}</p>"
+        + "".join(f"<p><strong>Note:</strong> {html.escape(n)}</p>" for n in notes if n)
+        + _breakdown_table(summary)
+        + _cross_check_table(summary["cross_check"])
+        + f'<div class="rp-grid">{"".join(figs)}</div>'
+        + ("" if model is None else _model_table(model))
+        + ("" if advice is None else _advice_html(advice))
+    )
+    return Section(title=TITLE, key=KEY, html=body, data=_jsonable(data))
+
+
+def _setup_text(summary: Mapping[str, Any]) -> str:
+    nodes = int(summary["nodes"])
+    where = f"{nodes} emulated machines at {summary['bandwidth']}" if nodes > 1 else "one machine"
+    return (
+        f"Workload {summary['workload']}, {summary['ranks']} data-parallel ranks on {where}, "
+        f"batch {summary['batch_size']} per rank, {summary['iters']} timed iterations per run on "
+        f"{summary['device']} ({summary['device_name']}). Each run adds one source of stall to "
+        f"the one before (compute alone, N ranks without communication, with all-reduce, across "
+        f"the emulated network, with real data warm and cold in the page cache); a stall is the "
+        f"difference of consecutive runs' iteration times, cross-checked against the same stall "
+        f"read directly from the rank traces. Runs here: "
+        f"{', '.join(str(r['name']) for r in summary['runs'])}."
+    )
+
+
+def _skipped_text(skipped: Mapping[str, str]) -> str:
+    if not skipped:
+        return ""
+    runs = "; ".join(f"run '{run}': {why}" for run, why in skipped.items())
+    return f"Runs skipped, so their stalls read 0 (not measured): {runs}."
+
+
+# -- tables -----------------------------------------------------------------------------------
+
+
+def _ms(seconds: Any) -> str:
+    return "—" if seconds is None else fmt_num(1e3 * float(seconds), 3)
+
+
+def _pct(frac: Any) -> str:
+    value = math.nan if frac is None else float(frac)
+    return "—" if math.isnan(value) else f"{100 * value:.1f}%"
+
+
+def _breakdown_table(summary: Mapping[str, Any]) -> str:
+    iteration = float(summary["iteration_s"])
+    rows = []
+    for key in FIGURES:
+        value = float(summary[key])
+        frac = value / iteration if iteration > 0 else math.nan
+        method = summary["method"].get(key, _EXTRA_METHOD.get(key, ""))
+        rows.append([key.removesuffix("_s"), method, _ms(value), _pct(frac)])
+    caption = (
+        "Per-iteration breakdown by the differential method (ms per iteration and share of the "
+        "iteration); 'method' names the runs each figure came from."
+    )
+    header = ["figure", "method", "ms per iteration", "of iteration"]
+    return table_html(header, rows, caption=caption, left_cols=2)
+
+
+def _cross_check_table(cross: Mapping[str, Mapping[str, float]]) -> str:
+    if not cross:
+        return "<p>No stall was measured by both methods, so there is no cross-check.</p>"
+    rows = [
+        [key.removesuffix("_s"), _ms(c["differential_s"]), _ms(c["direct_s"]), _pct(c["rel_diff"])]
+        for key, c in cross.items()
+    ]
+    caption = (
+        "Cross-check: each stall by the differential method against the same stall read from "
+        "the traces (exposed all-reduce time, data wait), and their relative difference."
+    )
+    header = ["stall", "differential (ms)", "direct (ms)", "relative difference"]
+    return table_html(header, rows, caption=caption)
+
+
+def _model_table(model: CommModel) -> str:
+    rows = [[p, _PARAM_MEANING[p], f"{getattr(model, p):.3g}"] for p in PARAMS]
+    rows.append(["relative RMSE", f"over {model.samples} samples", _pct(model.rel_rmse)])
+    caption = "The all-reduce model's parameters, fitted by non-negative least squares."
+    return table_html(["parameter", "meaning", "value"], rows, caption=caption, left_cols=2)
+
+
+def _sig(x: float) -> str:
+    """Three significant figures, whole numbers from 100 up."""
+    return fmt_num(x, 0) if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _advice_html(advice: Advice) -> str:
+    rec = advice.recommendation
+    budget = advice.config.budget_h
+    if rec is None:
+        fast = advice.fastest
+        text = (
+            f"No setup meets the {budget:g} h budget; the fastest, {fast.count} x "
+            f"{fast.instance}, would take {fast.total_h:.3g} h for ${fast.cost_usd:,.2f}."
+        )
+        return f"<p>{html.escape(text)}</p>"
+    rows = [[rec.instance, rec.count, rec.gpus_total, _sig(rec.total_h), _sig(rec.cost_usd)]]
+    caption = (
+        f"Recommendation: the cheapest setup that trains one epoch of "
+        f"{advice.config.epoch_samples:,} samples within {budget:g} h ({advice.model_source})."
+    )
+    header = ["instance", "count", "GPUs", "total (h)", "cost (USD)"]
+    return table_html(header, rows, caption=caption)
+
+
+# -- figures ----------------------------------------------------------------------------------
+
+_BREAKDOWN_NOTE = (
+    "Per iteration, in ms. One bar per run, measured directly from its rank traces: data wait "
+    "(waiting for the next batch), exposed communication (from the last gradient bucket's "
+    "all-reduce launch to the last completion, which nothing overlaps) and compute (the step "
+    "less the exposed communication). The last bar is the differential breakdown: compute from "
+    "the control run and each stall as the difference of consecutive runs' iteration times."
+)
+_DIFF = "breakdown (differential)"
+
+
+def _breakdown_figure(summary: Mapping[str, Any]) -> go.Figure:
+    runs = summary["runs"]
+    labels = [html.escape(str(r["name"])) for r in runs] + [_DIFF]
+    pad = [None] * len(runs)
+    series: list[tuple[str, list[Any]]] = [
+        ("compute", [r["compute_s"] for r in runs] + [summary["compute_s"]]),
+        ("data wait", [r["data_wait_s"] for r in runs] + [None]),
+        ("exposed communication", [r["exposed_comm_s"] for r in runs] + [None]),
+        *((k.removesuffix("_s").replace("_", " "), [*pad, summary[k]]) for k in STALLS),
+    ]
+    fig = go.Figure()
+    for i, (name, values) in enumerate(series):
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=[None if v is None else 1e3 * float(v) for v in values],
+                name=name,
+                marker={"color": PALETTE[i % len(PALETTE)]},
+                hovertemplate="%{x}: %{y:.3f} ms",
+            )
+        )
+    fig.update_layout(
+        **LAYOUT,
+        barmode="stack",
+        title=plot_title("Where an iteration's time goes, per run"),
+        yaxis={"title": "ms per iteration", "rangemode": "tozero"},
+    )
+    return fig
+
+
+def _comm_figure(samples: Sequence[Mapping[str, Any]], model: CommModel) -> str:
+    fig = go.Figure()
+    predicted = [_predicted(model, s) for s in samples]
+    measured = [float(s["seconds"]) for s in samples]
+    for i, nodes in enumerate(sorted({int(s["nodes"]) for s in samples})):
+        pick = [k for k, s in enumerate(samples) if int(s["nodes"]) == nodes]
+        fig.add_trace(
+            go.Scatter(
+                x=[1e3 * measured[k] for k in pick],
+                y=[1e3 * predicted[k] for k in pick],
+                mode="markers",
+                name=f"{nodes} node(s)",
+                marker={"color": PALETTE[i % len(PALETTE)], "size": 8},
+                text=[f"{samples[k]['grad_bytes']:,.0f} bytes" for k in pick],
+                hovertemplate="%{text}: measured %{x:.3f} ms, predicted %{y:.3f} ms",
+            )
+        )
+    positive = [1e3 * v for v in measured + predicted if v > 0]
+    lo, hi = (min(positive), max(positive)) if positive else (1e-3, 1.0)
+    fig.add_trace(
+        go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x", line={"dash": "dash"})
+    )
+    fig.update_layout(
+        **LAYOUT,
+        title=plot_title("All-reduce time: measured vs model"),
+        xaxis={"type": "log", "title": "measured (ms, log scale)"},
+        yaxis={"type": "log", "title": "predicted (ms, log scale)"},
+    )
+    note = (
+        f"Each point is one all-reduce size of the profile's microbenchmark (median per rank, "
+        f"mean over ranks), against the ring alpha-beta model fitted to all {model.samples} "
+        f"points by non-negative least squares on relative error (relative RMSE "
+        f"{100 * model.rel_rmse:.1f}%). On the dashed line the model is exact."
+    )
+    return figure_html(f"{KEY}-comm-model", fig, note)
+
+
+def _pareto_html(advice: Advice) -> str:
+    fig = pareto_figure(advice)
+    for trace in fig.data:  # catalog names become plotly labels, which plotly renders as HTML
+        trace.name = html.escape(str(trace.name))
+        if trace.text is not None:
+            trace.text = [html.escape(str(t)) for t in trace.text]
+    fig.update_layout(
+        template=LAYOUT["template"],
+        height=LAYOUT["height"],
+        margin=LAYOUT["margin"],
+        legend=LAYOUT["legend"],
+        title=plot_title("Training time vs cost per cloud setup"),
+    )
+    methods = "; ".join(sorted({c.compute_method for c in advice.candidates}))
+    note = (
+        f"Every catalog instance type x 1..{advice.config.max_instances} instances: compute "
+        f"predicted from the profile ({methods}), "
+        f"the profile's data stall carried over, and all-reduce time from the communication "
+        f"model ({advice.model_source}), of which only the part the backward pass cannot hide "
+        f"counts. The line joins the setups no other beats on both time and cost; dashed: the "
+        f"{advice.config.budget_h:g} h budget for one epoch of "
+        f"{advice.config.epoch_samples:,} samples."
+    )
+    return figure_html(f"{KEY}-pareto", fig, note)
