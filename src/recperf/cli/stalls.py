@@ -20,6 +20,8 @@ app = typer.Typer(
 )
 EPOCH_SAMPLES = {"dlrm": 45_840_617, "mlp": 1_000_000, "convnet": 50_000}
 """Default samples per epoch: Criteo Kaggle's rows, a 1M-row table, CIFAR-10's training set."""
+PARETO_COLUMNS = ("instance", "count", "total_h", "cost_usd", "compute_s", "exposed_comm_s",
+                  "data_stall_s")  # fmt: skip
 FIGURES = (
     "compute_s",
     "data_fetch_stall_s",
@@ -276,16 +278,7 @@ def advise_cmd(
     write_pareto_html(advice, out_dir / "pareto.html")
     if json_out:
         typer.echo(dumps_json(data), nl=False)
-    cols = [
-        "instance",
-        "count",
-        "total_h",
-        "cost_usd",
-        "compute_s",
-        "exposed_comm_s",
-        "data_stall_s",
-    ]
-    print_table("time-cost Pareto frontier", [_row(c) for c in data["pareto"]], cols)
+    print_table("time-cost Pareto frontier", data["pareto"], PARETO_COLUMNS)
     rec = data["recommendation"]
     if rec is None:
         err_console.print(
@@ -301,21 +294,6 @@ def advise_cmd(
             highlight=False,
         )
     err_console.print(f"advice in {out_dir / 'advice.json'}, plot in {out_dir / 'pareto.html'}")
-
-
-def _row(c: dict[str, Any]) -> dict[str, Any]:
-    return {
-        k: c[k]
-        for k in (
-            "instance",
-            "count",
-            "total_h",
-            "cost_usd",
-            "compute_s",
-            "exposed_comm_s",
-            "data_stall_s",
-        )
-    }
 
 
 @app.command("cleanup")

@@ -36,7 +36,7 @@ from recperf.report.ingest_live import (
     stacked_bars,
     stage_colors,
 )
-from recperf.report.section import Section, figure_html, fmt_num, table_html
+from recperf.report.section import MonotoneProgress, Section, figure_html, fmt_num, table_html
 
 TITLE = "Ingestion pipeline tuning"
 TUNER_NAMES = ("static", "autotune", "plumber", "intune", "oracle")
@@ -50,22 +50,9 @@ SIM_SHARE = 0.1
 GIB = 2**30
 
 
-class _Monotone:
-    """Passes the section's progress on, clamped to 0..1 and never moving backwards."""
-
-    def __init__(self, progress: ProgressFn | None) -> None:
-        self.progress = progress
-        self.last = 0.0
-
-    def __call__(self, frac: float) -> None:
-        self.last = max(self.last, min(max(frac, 0.0), 1.0))
-        if self.progress is not None:
-            self.progress(self.last)
-
-
 def ingest_section(*, quick: bool = False, progress: ProgressFn | None = None) -> Section:
     """Run the embedded default (``quick``: one spec, a short live run) and build the section."""
-    report = _Monotone(progress)
+    report = MonotoneProgress(progress)
     specs, budget = (QUICK_SPECS, QUICK_SIM_BUDGET_S) if quick else (SPECS, SIM_BUDGET_S)
     simulated = []
     for i, name in enumerate(specs):

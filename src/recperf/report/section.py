@@ -87,3 +87,16 @@ def fmt_num(x: float, digits: int = 1) -> str:
     if x != x:  # NaN
         return "—"
     return f"{x:,.{digits}f}"
+
+
+class MonotoneProgress:
+    """Passes the section's progress on, clamped to 0..1 and never moving backwards."""
+
+    def __init__(self, progress: ProgressFn | None) -> None:
+        self.progress = progress
+        self.last = 0.0
+
+    def __call__(self, frac: float) -> None:
+        self.last = max(self.last, min(max(frac, 0.0), 1.0))
+        if self.progress is not None:
+            self.progress(self.last)

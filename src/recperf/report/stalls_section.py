@@ -22,7 +22,7 @@ from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.core.results import dumps_json
 from recperf.report.cluster_section import LAYOUT, plot_title
-from recperf.report.section import Section, figure_html, fmt_num, table_html
+from recperf.report.section import MonotoneProgress, Section, figure_html, fmt_num, table_html
 from recperf.stalls import netem
 from recperf.stalls.advisor import Advice, AdvisorConfig, advise, pareto_figure
 from recperf.stalls.analysis import STALLS
@@ -84,22 +84,9 @@ def default_config(quick: bool) -> ProfileConfig:
     )
 
 
-class _Monotone:
-    """Passes the section's progress on, clamped to 0..1 and never moving backwards."""
-
-    def __init__(self, progress: ProgressFn | None) -> None:
-        self.progress = progress
-        self.last = 0.0
-
-    def __call__(self, frac: float) -> None:
-        self.last = max(self.last, min(max(frac, 0.0), 1.0))
-        if self.progress is not None:
-            self.progress(self.last)
-
-
 def stalls_section(*, quick: bool = False, progress: ProgressFn | None = None) -> Section:
     """Profile the embedded default in a temporary directory and build the section."""
-    report = _Monotone(progress)
+    report = MonotoneProgress(progress)
     with tempfile.TemporaryDirectory(prefix="recperf-stalls-") as tmp:
         summary = profile(
             default_config(quick), Path(tmp), progress=lambda f, _m: report(PROFILE_SHARE * f)

@@ -31,6 +31,25 @@ def _cycle(batches: list[Any]) -> Iterator[Any]:
         yield from batches
 
 
+def _generator(spec: DataSpec) -> torch.Generator:
+    """Each rank's own seeded stream."""
+    return torch.Generator().manual_seed(spec.seed * 1000 + spec.rank)
+
+
+def _labelled(spec: DataSpec, shape: tuple[int, ...], classes: int) -> Iterator[Any]:
+    """Synthetic (inputs, class labels) batches, in memory."""
+    g = _generator(spec)
+    return _cycle(
+        [
+            (
+                torch.randn(spec.batch_size, *shape, generator=g),
+                torch.randint(0, classes, (spec.batch_size,), generator=g),
+            )
+            for _ in range(SYNTHETIC_BATCHES)
+        ]
+    )
+
+
 # ------------------------------------------------------------------------------------ DLRM
 
 
@@ -64,7 +83,7 @@ class DlrmWorkload:
         return DLRM(self.config)
 
     def synthetic(self, spec: DataSpec) -> Iterator[Any]:
-        g = torch.Generator().manual_seed(spec.seed * 1000 + spec.rank)
+        g = _generator(spec)
         b = spec.batch_size
         batches = [
             (
@@ -220,16 +239,7 @@ class MlpWorkload:
         return nn.Sequential(*layers, nn.Linear(widths[-1], self.classes))
 
     def synthetic(self, spec: DataSpec) -> Iterator[Any]:
-        g = torch.Generator().manual_seed(spec.seed * 1000 + spec.rank)
-        return _cycle(
-            [
-                (
-                    torch.randn(spec.batch_size, self.features, generator=g),
-                    torch.randint(0, self.classes, (spec.batch_size,), generator=g),
-                )
-                for _ in range(SYNTHETIC_BATCHES)
-            ]
-        )
+        return _labelled(spec, (self.features,), self.classes)
 
     def prepare_data(self, data_dir: Path, spec: DataSpec) -> list[Path]:
         return _prepare_records(self.file, self.name, data_dir, spec, self.classes)
@@ -286,23 +296,14 @@ class ConvNetWorkload:
         )
 
     def synthetic(self, spec: DataSpec) -> Iterator[Any]:
-        g = torch.Generator().manual_seed(spec.seed * 1000 + spec.rank)
-        return _cycle(
-            [
-                (
-                    torch.randn(spec.batch_size, 3, 32, 32, generator=g),
-                    torch.randint(0, self.classes, (spec.batch_size,), generator=g),
-                )
-                for _ in range(SYNTHETIC_BATCHES)
-            ]
-        )
+        return _labelled(spec, (3, 32, 32), self.classes)
 
     def prepare_data(self, data_dir: Path, spec: DataSpec) -> list[Path]:
         return _prepare_records(self.file, self.name, data_dir, spec, self.classes)
 
     def real(self, data_dir: Path, spec: DataSpec) -> Iterator[Any]:
         path = self.file.path(data_dir, self.name, spec.rank, spec.world)
-        g = torch.Generator().manual_seed(spec.seed * 1000 + spec.rank)
+        g = _generator(spec)
         mean = torch.tensor([0.49, 0.48, 0.45]).view(1, 3, 1, 1)
         std = torch.tensor([0.25, 0.24, 0.26]).view(1, 3, 1, 1)
         for rec in self.file.batches(path, spec.batch_size):
