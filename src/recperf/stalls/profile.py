@@ -20,7 +20,7 @@ from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
 from recperf.stalls import analysis, netem, runner
 from recperf.stalls.base import WORKLOADS, DataSpec, Workload, grad_bytes
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.spec import RunSpec, data_batches
 
 Progress = Callable[[float, str], None]
 DDP_FIRST_BUCKET = 1 << 20
@@ -142,7 +142,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
         data_spec = DataSpec(
             batch_size=config.batch_size,
             world=config.ranks,
-            batches=config.warmup + config.iters + 8,
+            batches=data_batches(config.warmup, config.iters),
             seed=config.seed,
         )
         files = workload.prepare_data(data_dir, data_spec)

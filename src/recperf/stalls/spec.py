@@ -16,6 +16,11 @@ DataMode = Literal["synthetic", "real"]
 CacheMode = Literal["warm", "cold"]
 
 
+def data_batches(warmup: int, iters: int) -> int:
+    """Real-data batches per rank for a run: every step's batch plus the pipeline's read-ahead."""
+    return warmup + iters + 8
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class RunSpec:
     """One run of a differential profile."""
@@ -92,7 +97,7 @@ class RunSpec:
     @property
     def data_batches(self) -> int:
         """Batches of real data per rank: enough that no batch is read twice in one run."""
-        return self.warmup + self.iters + 8
+        return data_batches(self.warmup, self.iters)
 
     def save(self, path: Path) -> Path:
         data = asdict(self)
