@@ -1,0 +1,1 @@
+"""DLRM inference embedding stage: access traces, their locality, kernels and benchmarks."""
