@@ -1,0 +1,224 @@
+"""Hot rows first: ``HotRowRemap`` permutes the combined table buffer so the most looked-up rows
+form one contiguous region at its front (small enough to pin in L2) and rewrites lookups to the
+new row positions; ``HotRowCounter`` finds those rows from the lookups themselves. The ``hot-l2``
+and ``combined`` kernels run the Triton kernel on the permuted buffer with the hot region pinned."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import torch
+
+from recperf.core.config import check_range
+from recperf.core.errors import ConfigError
+from recperf.embed.kernels.base import Lookup, Tables, check_tables_match, register_kernel
+from recperf.embed.kernels.l2pin import L2Window
+from recperf.embed.kernels.triton_tbe import (
+    PREFETCH_SPACE,
+    SPACE,
+    TBEConfig,
+    default_block_d,
+    require_triton,
+    tbe_forward,
+)
+
+
+def table_bases(tables: Tables) -> torch.Tensor:
+    """Each table's first row in the tables concatenated in order (int64 [T], on the CPU)."""
+    rows = torch.tensor((0, *tables.rows[:-1]), dtype=torch.int64)
+    return torch.cumsum(rows, 0)
+
+
+def split_rows(x: torch.Tensor, rows: Sequence[int]) -> list[torch.Tensor]:
+    """``x`` (one entry per row of the concatenated tables) cut into per-table views."""
+    starts = list(itertools.accumulate(rows, initial=0))
+    return [x[a:b] for a, b in itertools.pairwise(starts)]
+
+
+def global_ids(lookup: Lookup, bases: torch.Tensor) -> torch.Tensor:
+    """``lookup``'s ids as rows of the concatenated tables (no host sync)."""
+    per_table = lookup.offsets[:: lookup.batch_size]
+    counts = per_table[1:] - per_table[:-1]
+    n = lookup.indices.shape[0]
+    return lookup.indices + torch.repeat_interleave(bases, counts, output_size=n)
+
+
+class HotRowRemap:
+    """The combined buffer with ``hot_rows`` (per table, most frequent first) moved to the front,
+    table 0's first, the other rows after them in their original order; exact by construction."""
+
+    def __init__(self, tables: Tables, hot_rows: Sequence[torch.Tensor]) -> None:
+        if len(hot_rows) != tables.num_tables:
+            raise ConfigError(f"hot_rows: {len(hot_rows)} tensors for {tables.num_tables} tables")
+        self.tables = tables
+        bases = table_bases(tables)
+        total = sum(tables.rows)
+        hot = torch.cat([_checked(h, t, tables.rows[t]) + bases[t] for t, h in enumerate(hot_rows)])
+        is_hot = torch.zeros(total, dtype=torch.bool)
+        is_hot[hot] = True
+        order = torch.cat([hot, (~is_hot).nonzero().squeeze(1)])  # new position -> old row
+        remap = torch.empty(total, dtype=torch.int64)
+        remap[order] = torch.arange(total)
+        dev = tables.device
+        self.buffer = torch.cat(tables.weights)[order.to(dev)].contiguous()
+        self.hot_count = int(hot.numel())
+        self.hot_bytes = self.hot_count * tables.dim * self.buffer.element_size()
+        self.remaps = tuple(r.to(dev) for r in split_rows(remap, tables.rows))
+        self._remap = remap.to(dev)
+        self._bases = bases.to(dev)
+        self.zero_bases = torch.zeros(tables.num_tables, dtype=torch.int64, device=dev)
+
+    @property
+    def hot_region(self) -> torch.Tensor:
+        """The hot rows: ``buffer[:hot_count]``, one contiguous block."""
+        return self.buffer[: self.hot_count]
+
+    def remap(self, lookup: Lookup) -> Lookup:
+        """``lookup`` with ids as rows of ``buffer`` (so every table's row base is 0)."""
+        return Lookup(
+            indices=self._remap[global_ids(lookup, self._bases)],
+            offsets=lookup.offsets,
+            batch_size=lookup.batch_size,
+            per_sample_weights=lookup.per_sample_weights,
+        )
+
+
+def _checked(ids: torch.Tensor, t: int, rows: int) -> torch.Tensor:
+    ids = ids.detach().to("cpu", torch.int64).reshape(-1)
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= rows):
+        raise ConfigError(f"hot_rows[{t}]: row ids must lie in 0..{rows - 1}")
+    ordered = ids.sort().values
+    if bool((ordered[1:] == ordered[:-1]).any()):
+        raise ConfigError(f"hot_rows[{t}]: row ids must be distinct")
+    return ids
+
+
+class HotRowCounter:
+    """Counts how often each row is looked up; ``hottest`` halves the counts after reading them,
+    so the hot set follows a drifting workload."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.tables = tables
+        self._bases = table_bases(tables).to(tables.device)
+        self.counts = torch.zeros(sum(tables.rows), dtype=torch.int64, device=tables.device)
+
+    def observe(self, lookup: Lookup) -> None:
+        ids = global_ids(lookup, self._bases)
+        self.counts.index_add_(0, ids, torch.ones_like(ids))
+
+    def hottest(self, fraction: float) -> tuple[torch.Tensor, ...]:
+        """Per table the ``fraction`` of its rows looked up most (if seen at all), most first."""
+        out = []
+        for counts in split_rows(self.counts, self.tables.rows):
+            k = int(fraction * counts.numel())
+            order = torch.sort(counts, descending=True, stable=True).indices[:k]
+            out.append(order[counts[order] > 0].cpu())
+        self.counts //= 2
+        return tuple(out)
+
+
+class HotRowKernel:
+    """``hot-l2`` / ``combined``: remap, then the Triton kernel on the permuted buffer with the
+    hot region pinned in L2 (on a CUDA device)."""
+
+    name: str
+
+    def __init__(
+        self,
+        tables: Tables,
+        name: str,
+        cfg: TBEConfig,
+        hot_rows: Sequence[torch.Tensor] | None,
+        hot_fraction: float,
+        refresh: int,
+    ) -> None:
+        require_triton(tables.device)
+        check_range("hot_fraction", hot_fraction, 0.0, 1.0)
+        check_range("refresh", refresh, 1, None)
+        self.name, self.tables, self.config = name, tables, cfg
+        self.hot_fraction, self.refresh = hot_fraction, refresh
+        self.counter = None if hot_rows is not None else HotRowCounter(tables)
+        empty = tuple(torch.empty(0, dtype=torch.int64) for _ in tables.rows)
+        self.remapper = HotRowRemap(tables, empty if hot_rows is None else hot_rows)
+        self.calls = 0
+        self.last_window: L2Window | None = None
+
+    def __call__(self, lookup: Lookup) -> torch.Tensor:
+        check_tables_match(self.tables, lookup)
+        if self.counter is not None:
+            self.counter.observe(lookup)
+            self.calls += 1
+            if self.calls % self.refresh == 0:
+                self.remapper = HotRowRemap(self.tables, self.counter.hottest(self.hot_fraction))
+        r = self.remapper
+        with L2Window(r.hot_region) as window:
+            out = tbe_forward(
+                r.buffer, r.zero_bases, r.remap(lookup), self.tables.pooling, self.config
+            )
+        self.last_window = window
+        return out
+
+
+def _make(
+    name: str,
+    tables: Tables,
+    prefetch: int,
+    hot_rows: Sequence[torch.Tensor] | None,
+    hot_fraction: float,
+    refresh: int,
+    block_d: int | None,
+    block_n: int,
+    num_warps: int,
+    bags_per_program: int,
+) -> HotRowKernel:
+    cfg = TBEConfig(
+        block_d=block_d or default_block_d(tables.dim),
+        block_n=block_n,
+        num_warps=num_warps,
+        bags_per_program=bags_per_program,
+        prefetch=prefetch,
+    )
+    return HotRowKernel(tables, name, cfg, hot_rows, hot_fraction, refresh)
+
+
+@register_kernel("hot-l2", SPACE)
+def make_hot_l2(
+    tables: Tables,
+    *,
+    hot_rows: Sequence[torch.Tensor] | None = None,
+    hot_fraction: float = 0.1,
+    refresh: int = 100,
+    block_d: int | None = None,
+    block_n: int = 16,
+    num_warps: int = 4,
+    bags_per_program: int = 1,
+) -> HotRowKernel:
+    """Hot rows first and pinned in L2: ``hot_rows`` given, or the ``hot_fraction`` of each table
+    counted most often, re-chosen every ``refresh`` calls (none are hot before the first)."""
+    return _make(
+        "hot-l2", tables, 0, hot_rows, hot_fraction, refresh,
+        block_d, block_n, num_warps, bags_per_program,
+    )  # fmt: skip
+
+
+@register_kernel("combined", PREFETCH_SPACE)
+def make_combined(
+    tables: Tables,
+    *,
+    hot_rows: Sequence[torch.Tensor] | None = None,
+    hot_fraction: float = 0.1,
+    refresh: int = 100,
+    block_d: int | None = None,
+    block_n: int = 16,
+    num_warps: int = 4,
+    bags_per_program: int = 1,
+    prefetch: int = 1,
+) -> HotRowKernel:
+    """``hot-l2`` with the software-prefetching kernel (``prefetch`` = 1 or 2 chunks ahead)."""
+    if prefetch not in (1, 2):
+        raise ConfigError(f"prefetch: {prefetch!r} is not one of (1, 2)")
+    return _make(
+        "combined", tables, prefetch, hot_rows, hot_fraction, refresh,
+        block_d, block_n, num_warps, bags_per_program,
+    )  # fmt: skip

@@ -1,0 +1,55 @@
+"""The reference kernel ``torch``: ``torch.nn.functional.embedding_bag`` table by table, in float32.
+
+Pooling definitions every kernel follows: ``sum`` = Σ w_i·row_i and ``mean`` = Σ w_i·row_i / len
+(w_i = 1 without per-sample weights; torch's own ``mean`` takes no weights, so a weighted mean is
+the weighted sum divided by the bag length here); an empty bag pools to zeros."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from recperf.embed.kernels.base import Lookup, Tables, check_tables_match, register_kernel
+
+
+@register_kernel("torch")
+class TorchReference:
+    """One ``embedding_bag`` per table over float32 copies of the weights (made once)."""
+
+    name: str
+
+    def __init__(self, tables: Tables) -> None:
+        self.name = "torch"
+        self.tables = tables
+        self._weights = tuple(w.float() for w in tables.weights)
+
+    def __call__(self, lookup: Lookup) -> torch.Tensor:
+        check_tables_match(self.tables, lookup)
+        b = lookup.batch_size
+        # One host copy of the bag boundaries to slice each table's ids (a reference, not fast).
+        starts = lookup.offsets[::b].tolist()
+        pooled = [
+            self._table(t, lookup, starts[t], starts[t + 1]) for t in range(self.tables.num_tables)
+        ]
+        return torch.stack(pooled, dim=1)
+
+    def _table(self, t: int, lookup: Lookup, start: int, end: int) -> torch.Tensor:
+        b = lookup.batch_size
+        ids = lookup.indices[start:end]
+        offsets = lookup.offsets[t * b : (t + 1) * b + 1] - start
+        psw = lookup.per_sample_weights
+        w = None if psw is None else psw[start:end]
+        # torch pools a weighted bag only with mode="sum": divide by the length ourselves.
+        mode = "mean" if self.tables.pooling == "mean" and w is None else "sum"
+        out = F.embedding_bag(
+            ids,
+            self._weights[t],
+            offsets,
+            mode=mode,
+            per_sample_weights=w,
+            include_last_offset=True,
+        )
+        if self.tables.pooling == "mean" and w is not None:
+            lengths = (offsets[1:] - offsets[:-1]).clamp(min=1).to(out.dtype)
+            out = out / lengths[:, None]
+        return out

@@ -1,0 +1,205 @@
+"""Hot-row remapping is exact and puts hot rows first; the running counter finds them; the L2
+window sizing and the cuda-python call sequence are checked without a GPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recperf.core.errors import ConfigError, RecperfError
+from recperf.embed.kernels import KERNELS, Tables, l2pin, make_lookup
+from recperf.embed.kernels.hotrows import HotRowCounter, HotRowKernel, HotRowRemap
+
+
+def _tables(rows: list[int], dim: int = 3, seed: int = 0) -> Tables:
+    g = torch.Generator().manual_seed(seed)
+    return Tables(weights=tuple(torch.randn(r, dim, generator=g) for r in rows))
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), rows=st.lists(st.integers(1, 30), min_size=1, max_size=3))
+def test_remap_is_exact_and_hot_rows_come_first(data: st.DataObject, rows: list[int]) -> None:
+    tables = _tables(rows, seed=len(rows))
+    hot = [
+        torch.tensor(
+            data.draw(st.permutations(range(r)))[: data.draw(st.integers(0, r))], dtype=torch.int64
+        )
+        for r in rows
+    ]
+    remap = HotRowRemap(tables, hot)
+    lookup = make_lookup(tables, batch_size=3, pooling_factor=3, seed=data.draw(st.integers(0, 99)))
+    new = remap.remap(lookup)
+    # Every looked-up row of the permuted buffer is the original row, bit for bit.
+    per_table = lookup.offsets[:: lookup.batch_size].tolist()
+    for t in range(tables.num_tables):
+        ids = lookup.indices[per_table[t] : per_table[t + 1]]
+        got = remap.buffer[new.indices[per_table[t] : per_table[t + 1]]]
+        assert torch.equal(got, tables.weights[t][ids])
+    # Hot rows, table by table and in the given order, fill the front of the buffer.
+    expected_front = torch.cat([tables.weights[t][h] for t, h in enumerate(hot)])
+    assert torch.equal(remap.hot_region, expected_front)
+    assert remap.hot_count == sum(h.numel() for h in hot)
+    assert remap.hot_bytes == remap.hot_count * tables.dim * 4
+    # The remap is a permutation of all rows.
+    everything = torch.cat(remap.remaps).sort().values
+    assert torch.equal(everything, torch.arange(sum(rows)))
+    assert torch.equal(new.offsets, lookup.offsets)
+
+
+@pytest.mark.parametrize(
+    ("hot", "match"),
+    [
+        ([torch.tensor([0, 5])], "hot_rows\\[0\\]"),
+        ([torch.tensor([1, 1])], "distinct"),
+        ([torch.tensor([0]), torch.tensor([0])], "hot_rows"),
+    ],
+)
+def test_bad_hot_rows_are_config_errors(hot: list[torch.Tensor], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        HotRowRemap(_tables([5]), hot)
+
+
+def test_counter_finds_the_hottest_rows_most_first_and_decays() -> None:
+    tables = _tables([10, 4])
+    counter = HotRowCounter(tables)
+    lookup = make_lookup(tables, batch_size=1, pooling_factor=0)  # empty bags
+    object.__setattr__(lookup, "indices", torch.tensor([7, 7, 7, 2, 2, 9, 3, 3, 1]))
+    object.__setattr__(lookup, "offsets", torch.tensor([0, 6, 9]))
+    counter.observe(lookup)
+    hot = counter.hottest(0.3)
+    assert hot[0].tolist() == [7, 2, 9] and hot[1].tolist() == [3]
+    assert int(counter.counts[7]) == 1  # halved from 3
+
+
+def test_hot_kernel_refreshes_its_hot_set_and_stays_exact() -> None:
+    tables = _tables([40, 20], dim=5)
+    kernel = KERNELS.create("hot-l2", tables, hot_fraction=0.25, refresh=2)
+    assert isinstance(kernel, HotRowKernel)
+    ref = KERNELS.create("torch", tables)
+    for i in range(5):
+        lookup = make_lookup(tables, batch_size=4, pooling_factor=4, seed=i, skew=1.5)
+        torch.testing.assert_close(kernel(lookup), ref(lookup), rtol=1e-6, atol=1e-5)
+        if i == 0:  # no refresh yet: nothing is hot
+            assert kernel.remapper.hot_count == 0
+    assert 0 < kernel.remapper.hot_count <= 10 + 5
+    assert kernel.last_window is not None and kernel.last_window.active is False  # CPU: no-op
+
+
+def test_static_hot_rows_are_used_as_given() -> None:
+    tables = _tables([8, 3])
+    hot = (torch.tensor([5, 1]), torch.tensor([2]))
+    kernel = KERNELS.create("combined", tables, hot_rows=hot, prefetch=2)
+    assert isinstance(kernel, HotRowKernel)
+    assert torch.equal(kernel.remapper.hot_region[0], tables.weights[0][5])
+    assert torch.equal(kernel.remapper.hot_region[2], tables.weights[1][2])
+    lookup = make_lookup(tables, batch_size=2, pooling_factor=3, seed=4, weighted=True)
+    ref = KERNELS.create("torch", tables)(lookup)
+    torch.testing.assert_close(kernel(lookup), ref, rtol=1e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize(("param", "value"), [("hot_fraction", 1.5), ("refresh", 0)])
+def test_bad_hot_params(param: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=param):
+        KERNELS.create("hot-l2", _tables([4]), **{param: value})
+
+
+@pytest.mark.parametrize(
+    ("hot", "persisting", "window", "expected"),
+    [
+        (1000, 4096, 8192, 1000),  # the hot region fits
+        (10_000, 4096, 8192, 4096),  # capped by the persisting set-aside
+        (10_000, 65536, 2048, 2048),  # capped by the largest window
+        (10_000, 0, 8192, 0),  # no persisting L2 (before Ampere): pin nothing
+        (0, 4096, 8192, 0),
+    ],
+)
+def test_window_bytes(hot: int, persisting: int, window: int, expected: int) -> None:
+    assert l2pin.window_bytes(hot, persisting, window) == expected
+
+
+def test_l2_window_is_a_noop_on_cpu() -> None:
+    with l2pin.L2Window(torch.ones(10)) as window:
+        assert window.active is False and window.num_bytes == 0
+    assert window.active is False
+
+
+class _FakeRuntime:
+    """Stands in for cuda.bindings.runtime: records the calls ``pin``/``unpin`` make."""
+
+    def __init__(self, persisting: int, window: int) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.limits = {"persist": persisting, "window": window}
+        self.cudaDeviceAttr = SimpleNamespace(
+            cudaDevAttrMaxPersistingL2CacheSize="persist",
+            cudaDevAttrMaxAccessPolicyWindowSize="window",
+        )
+        self.cudaLimit = SimpleNamespace(cudaLimitPersistingL2CacheSize="persisting-limit")
+        self.cudaAccessProperty = SimpleNamespace(
+            cudaAccessPropertyNormal=0,
+            cudaAccessPropertyStreaming=1,
+            cudaAccessPropertyPersisting=2,
+        )
+        self.cudaStreamAttrID = SimpleNamespace(cudaStreamAttributeAccessPolicyWindow="apw")
+
+    def cudaStreamAttrValue(self) -> SimpleNamespace:
+        return SimpleNamespace(accessPolicyWindow=SimpleNamespace())
+
+    def cudaDeviceGetAttribute(self, attr: str, device: int) -> tuple[int, int]:
+        return 0, self.limits[attr]
+
+    def cudaDeviceSetLimit(self, limit: str, value: int) -> tuple[int]:
+        self.calls.append(("limit", limit, value))
+        return (0,)
+
+    def cudaStreamSetAttribute(self, stream: int, attr: str, value: Any) -> tuple[int]:
+        w = value.accessPolicyWindow
+        self.calls.append(
+            ("window", stream, attr, w.base_ptr, w.num_bytes, w.hitRatio, w.hitProp, w.missProp)
+        )
+        return (0,)
+
+    def cudaCtxResetPersistingL2Cache(self) -> tuple[int]:
+        self.calls.append(("reset",))
+        return (0,)
+
+
+def test_pin_and_unpin_call_sequence() -> None:
+    rt = _FakeRuntime(persisting=4096, window=8192)
+    assert l2pin.pin(rt, 7, 0x1000, 10_000, device=0) == 4096
+    l2pin.unpin(rt, 7)
+    assert rt.calls == [
+        ("limit", "persisting-limit", 4096),
+        ("window", 7, "apw", 0x1000, 4096, 1.0, 2, 1),
+        ("window", 7, "apw", 0, 0, 0.0, 0, 1),
+        ("reset",),
+    ]
+    rt.calls.clear()
+    l2pin.pin(rt, 7, 0x1000, 10_000, device=0)  # same size: the set-aside is not set again
+    assert [c[0] for c in rt.calls] == ["window"]
+
+
+def test_pin_on_a_gpu_without_persisting_l2_sets_nothing() -> None:
+    rt = _FakeRuntime(persisting=0, window=0)
+    assert l2pin.pin(rt, 0, 0x1000, 100, device=1) == 0
+    assert rt.calls == []
+
+
+def test_cuda_errors_are_raised() -> None:
+    rt = _FakeRuntime(persisting=4096, window=8192)
+    rt.cudaCtxResetPersistingL2Cache = lambda: (700,)  # type: ignore[method-assign]
+    with pytest.raises(RecperfError, match="cudaCtxResetPersistingL2Cache"):
+        l2pin.unpin(rt, 0)
+
+
+def test_missing_cuda_python_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_module(name: str) -> None:
+        raise ImportError(name)
+
+    monkeypatch.setattr(l2pin.importlib, "import_module", no_module)
+    with pytest.raises(ConfigError, match="pip install cuda-python"):
+        l2pin.load_runtime()

@@ -1,0 +1,265 @@
+"""Every registered embedding kernel equals the torch reference (Triton in its CPU interpreter)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recperf.core.errors import ConfigError, ContractError
+from recperf.embed.kernels import (
+    KERNELS,
+    PARAM_SPACE,
+    Lookup,
+    Tables,
+    base,
+    check_kernel,
+    make_lookup,
+    triton_tbe,
+)
+from recperf.embed.kernels.base import KernelCase, case_inputs, magnitude, mismatch
+
+NAMES = KERNELS.names()
+
+
+def test_all_kernels_registered() -> None:
+    assert NAMES == ["combined", "hot-l2", "torch", "torch-hot", "triton", "triton-prefetch"]
+    assert set(PARAM_SPACE) == set(NAMES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_check_kernel_passes(name: str) -> None:
+    check_kernel(name, seed=1, cases=6)
+
+
+def _compare(name: str, case: KernelCase, **params: object) -> None:
+    tables, lookup = case_inputs(case)
+    out = KERNELS.create(name, tables, **params)(lookup)
+    ref = KERNELS.create("torch", tables)(lookup)
+    assert mismatch(out, ref, magnitude(tables, lookup), tables.dtype) == ""
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    name=st.sampled_from(NAMES),
+    rows=st.lists(st.integers(1, 40), min_size=1, max_size=3),
+    dim=st.sampled_from([1, 3, 8, 33]),
+    half=st.booleans(),
+    mean=st.booleans(),
+    batch=st.integers(1, 4),
+    max_len=st.integers(0, 5),
+    weighted=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_kernel_equals_reference_on_random_shapes(
+    name: str,
+    rows: list[int],
+    dim: int,
+    half: bool,
+    mean: bool,
+    batch: int,
+    max_len: int,
+    weighted: bool,
+    seed: int,
+) -> None:
+    case = KernelCase(
+        rows=tuple(rows),
+        dim=dim,
+        dtype=torch.float16 if half else torch.float32,
+        pooling="mean" if mean else "sum",
+        batch_size=batch,
+        max_len=max_len,
+        weighted=weighted,
+        seed=seed,
+    )
+    _compare(name, case)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("pooling", ["sum", "mean"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_empty_bags_one_row_tables_and_ragged_dim(name: str, pooling: str, weighted: bool) -> None:
+    # Table 1 has one row; both bags of sample 0 are empty; D = 33 is not a multiple of 16.
+    tables = Tables(weights=(torch.randn(5, 33), torch.randn(1, 33)), pooling=pooling)  # type: ignore[arg-type]
+    lookup = Lookup(
+        indices=torch.tensor([4, 0, 4, 0, 0]),
+        offsets=torch.tensor([0, 0, 3, 3, 5]),
+        batch_size=2,
+        per_sample_weights=torch.tensor([0.5, -1.0, 2.0, 3.0, 0.25]) if weighted else None,
+    )
+    params = {} if name in ("torch", "torch-hot") else {"block_d": 16}
+    out = KERNELS.create(name, tables, **params)(lookup)
+    ref = KERNELS.create("torch", tables)(lookup)
+    assert torch.equal(out[0, 0], torch.zeros(33)) and torch.equal(out[0, 1], torch.zeros(33))
+    w = lookup.per_sample_weights if weighted else torch.ones(5)
+    assert w is not None
+    rows0 = tables.weights[0][[4, 0, 4]] * w[:3, None]
+    expected = rows0.sum(0) / (3 if pooling == "mean" else 1)
+    torch.testing.assert_close(ref[1, 0], expected, rtol=1e-6, atol=1e-6)
+    assert mismatch(out, ref, magnitude(tables, lookup), torch.float32) == ""
+
+
+PARAMS = [(n, p, v) for n, space in PARAM_SPACE.items() for p, vs in space.items() for v in vs]
+
+
+@pytest.mark.parametrize(("name", "param", "value"), PARAMS)
+def test_every_tunable_value_is_accepted_and_correct(name: str, param: str, value: int) -> None:
+    case = KernelCase(
+        rows=(7, 3),
+        dim=33,
+        dtype=torch.float32,
+        pooling="mean",
+        batch_size=3,
+        max_len=5,
+        weighted=True,
+        seed=value,
+    )
+    _compare(name, case, **{param: value})
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [("block_d", 24), ("block_n", 3), ("num_warps", 3), ("bags_per_program", 0)],
+)
+def test_bad_tunable_is_a_config_error_naming_it(param: str, value: int) -> None:
+    tables = Tables(weights=(torch.randn(4, 8),))
+    with pytest.raises(ConfigError, match=param):
+        KERNELS.create("triton", tables, **{param: value})
+
+
+@pytest.mark.parametrize("name", ["triton-prefetch", "combined"])
+def test_prefetch_must_be_one_or_two(name: str) -> None:
+    with pytest.raises(ConfigError, match="prefetch"):
+        KERNELS.create(name, Tables(weights=(torch.randn(4, 8),)), prefetch=3)
+
+
+@pytest.mark.parametrize("name", ["triton", "triton-prefetch", "hot-l2", "combined"])
+def test_triton_kernels_on_cpu_need_the_interpreter(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ConfigError, match="TRITON_INTERPRET=1"):
+        KERNELS.create(name, Tables(weights=(torch.randn(4, 8),)))
+
+
+def test_check_kernel_catches_a_wrong_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    class OffByOne:
+        name = "off-by-one"
+
+        def __init__(self, tables: Tables) -> None:
+            self.ref = KERNELS.create("torch", tables)
+
+        def __call__(self, lookup: Lookup) -> torch.Tensor:
+            out = self.ref(lookup)
+            out[-1, -1, -1] += 1e-3 * (1 + out[-1, -1, -1].abs())
+            return out
+
+    registry = base.Registry[base.EmbeddingKernel]("embedding kernel")
+    registry.register("torch")(KERNELS.factory("torch"))
+    registry.register("off-by-one")(OffByOne)
+    monkeypatch.setattr(base, "KERNELS", registry)
+    with pytest.raises(ContractError, match=r"off-by-one.*reference"):
+        base.check_kernel("off-by-one", cases=3)
+
+
+def test_mismatch_reports_shape_dtype_and_nan() -> None:
+    ref = torch.ones(2, 1, 3)
+    bound = torch.ones(2, 1, 3)
+    assert "shape" in mismatch(torch.ones(2, 3), ref, bound, torch.float32)
+    assert "dtype" in mismatch(ref.double(), ref, bound, torch.float32)
+    assert "[1, 0, 2]" in mismatch(
+        torch.tensor([1.0, 1, 1, 1, 1, float("nan")]).view(2, 1, 3), ref, bound, torch.float32
+    )
+    assert mismatch(ref + 5e-7, ref, bound, torch.float32) == ""
+    assert mismatch(ref + 5e-4, ref, bound, torch.float16) == ""
+    assert mismatch(ref + 5e-6, ref, bound, torch.float32) != ""
+
+
+def test_make_lookup_shapes_lengths_and_ranges() -> None:
+    tables = Tables(weights=(torch.randn(5, 4), torch.randn(1, 4), torch.randn(9, 4)))
+    lookup = make_lookup(tables, batch_size=16, pooling_factor=2, seed=3, weighted=True)
+    assert lookup.offsets.shape == (3 * 16 + 1,) and lookup.num_tables == 3
+    lengths = lookup.offsets.diff()
+    assert int(lengths.min()) == 0 and int(lengths.max()) <= 4
+    base.validate_lookup(tables, lookup)
+    again = make_lookup(tables, batch_size=16, pooling_factor=2, seed=3, weighted=True)
+    assert torch.equal(lookup.indices, again.indices)
+
+
+def test_make_lookup_skew_concentrates_on_few_rows() -> None:
+    tables = Tables(weights=(torch.randn(1000, 2),))
+    lookup = make_lookup(tables, batch_size=64, pooling_factor=20, seed=0, skew=1.2)
+    top10 = torch.bincount(lookup.indices, minlength=1000).sort(descending=True).values[:10]
+    assert int(top10.sum()) > 0.4 * lookup.indices.numel()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"weights": ()}, "weights"),
+        ({"weights": (torch.randn(0, 4),)}, "weights"),
+        ({"weights": (torch.randn(3, 4).double(),)}, "dtype"),
+        ({"weights": (torch.randn(3, 4), torch.randn(3, 5))}, "weights\\[1\\]"),
+        ({"weights": (torch.randn(3, 4),), "pooling": "max"}, "pooling"),
+    ],
+)
+def test_bad_tables_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        Tables(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"indices": torch.zeros(2, dtype=torch.int32)}, "indices"),
+        ({"offsets": torch.tensor([0, 1, 2, 2])}, "offsets"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"per_sample_weights": torch.ones(3)}, "per_sample_weights"),
+    ],
+)
+def test_bad_lookup_names_the_field(kwargs: dict[str, object], field: str) -> None:
+    good: dict[str, object] = {
+        "indices": torch.zeros(2, dtype=torch.int64),
+        "offsets": torch.tensor([0, 1, 2, 2, 2]),
+        "batch_size": 2,
+    }
+    with pytest.raises(ConfigError, match=field):
+        Lookup(**{**good, **kwargs})  # type: ignore[arg-type]
+
+
+def test_lookup_for_other_tables_is_rejected() -> None:
+    kernel = KERNELS.create("triton", Tables(weights=(torch.randn(4, 8),)))
+    lookup = Lookup(
+        indices=torch.zeros(0, dtype=torch.int64),
+        offsets=torch.zeros(3, dtype=torch.int64),
+        batch_size=1,
+    )
+    with pytest.raises(ConfigError, match="offsets"):
+        kernel(lookup)
+
+
+def test_default_block_d_covers_dim() -> None:
+    assert [triton_tbe.default_block_d(d) for d in (1, 16, 33, 128, 1000)] == [16, 16, 64, 128, 128]
+
+
+def test_torch_hot_puts_the_given_hot_rows_first_and_stays_exact() -> None:
+    tables = Tables(weights=(torch.randn(6, 4), torch.randn(3, 4)))
+    kernel = KERNELS.create(
+        "torch-hot", tables, hot_rows=(torch.tensor([5, 2, 5]), torch.tensor([1]))
+    )
+    assert torch.equal(kernel._weights[0][:2], tables.weights[0][[5, 2]])
+    assert torch.equal(kernel._weights[0][2:], tables.weights[0][[0, 1, 3, 4]])
+    assert torch.equal(kernel._weights[1][0], tables.weights[1][1])
+    lookup = make_lookup(tables, batch_size=3, pooling_factor=2, seed=4, weighted=True)
+    assert (
+        mismatch(
+            kernel(lookup),
+            KERNELS.create("torch", tables)(lookup),
+            magnitude(tables, lookup),
+            torch.float32,
+        )
+        == ""
+    )
+    with pytest.raises(ConfigError, match=r"hot_rows: ids must lie in \[0, 3\)"):
+        KERNELS.create("torch-hot", tables, hot_rows=(torch.tensor([0]), torch.tensor([3])))
