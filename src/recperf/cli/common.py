@@ -42,11 +42,15 @@ def fmt(value: Any) -> str:
     return str(value)
 
 
+LEFT_COLUMNS = ("scheduler", "trace", "name", "variant", "result", "instance", "method")
+"""Text columns, aligned left; the rest are numbers."""
+
+
 def print_table(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
     """A rich table with one row per mapping (to stderr when stdout carries JSON)."""
     table = Table(title=title)
     for col in columns:
-        table.add_column(col, justify="left" if col in ("scheduler", "trace", "name") else "right")
+        table.add_column(col, justify="left" if col in LEFT_COLUMNS else "right")
     for row in rows:
         table.add_row(*(fmt(row.get(col, "")) for col in columns))
     (err_console if not sys.stdout.isatty() else console).print(table)

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from recperf import __version__
-from recperf.cli import cluster, ingest, stalls
+from recperf.cli import cluster, embed, ingest, stalls
 from recperf.cli.common import err_console, one_line_errors
 from recperf.core.progress import progress_bar
 
@@ -19,6 +19,7 @@ app = typer.Typer(
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(ingest.app, name="ingest")
 app.add_typer(stalls.app, name="stalls")
+app.add_typer(embed.app, name="embed")
 
 
 @app.command("report")

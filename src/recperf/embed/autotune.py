@@ -1,0 +1,145 @@
+"""The kernel autotuner: time every variant and every combination of its tunable parameters on
+this device for one configuration and trace, keep the fastest that matches the reference, and
+cache the winner per (device, shapes, trace) in a JSON file."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recperf.core.errors import RecperfError
+from recperf.core.results import atomic_path
+from recperf.embed.kernels.base import KERNELS, PARAM_SPACE, EmbeddingKernel, Lookup, Tables
+from recperf.embed.timing import median_s
+
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))) / "recperf"
+Progress = Callable[[float], None]
+
+
+@dataclass(kw_only=True, slots=True)
+class TuneResult:
+    """The fastest variant and parameters, and every candidate timed."""
+
+    kernel: str
+    params: dict[str, int]
+    ms: float
+    candidates: list[dict[str, Any]] = field(default_factory=list)
+    cached: bool = False
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def cache_key(
+    tables: Tables, lookups: Sequence[Lookup], trace: str, variants: Sequence[str]
+) -> str:
+    """Device, dtype, pooling, tables' shapes, batch, ids per batch, trace and variants."""
+    lk = lookups[0]
+    return "|".join(
+        [
+            device_name(tables.device),
+            str(tables.dtype).removeprefix("torch."),
+            tables.pooling,
+            f"T{tables.num_tables}",
+            f"D{tables.dim}",
+            f"R{sum(tables.rows)}",
+            f"B{lk.batch_size}",
+            f"N{int(lk.indices.numel())}",
+            f"W{int(lk.per_sample_weights is not None)}",
+            f"trace={trace}",
+            "variants=" + ",".join(sorted(variants)),
+        ]
+    )
+
+
+def grid(name: str) -> list[dict[str, int]]:
+    """Every combination of ``name``'s tunable parameters (one empty dict if it has none)."""
+    space = PARAM_SPACE.get(name, {})
+    keys = sorted(space)
+    return [
+        dict(zip(keys, values, strict=True))
+        for values in itertools.product(*(space[k] for k in keys))
+    ]
+
+
+def _time_one(
+    name: str,
+    params: dict[str, int],
+    tables: Tables,
+    lookups: Sequence[Lookup],
+    want: torch.Tensor,
+    reps: int,
+    extra: dict[str, Any],
+) -> float | str:
+    """Median seconds per batch, or why the candidate was rejected."""
+    try:
+        kernel: EmbeddingKernel = KERNELS.create(name, tables, **params, **extra)
+        got = kernel(lookups[0])
+    except (RecperfError, RuntimeError, ValueError) as exc:  # e.g. a block too big for the GPU
+        return f"failed: {exc}".splitlines()[0]
+    tol = 1e-3 if tables.dtype == torch.float16 else 1e-5
+    if not torch.allclose(
+        got.float(), want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)
+    ):
+        return "wrong result"
+    return median_s(kernel, lookups, reps, tables.device)
+
+
+def autotune(
+    tables: Tables,
+    lookups: Sequence[Lookup],
+    *,
+    variants: Sequence[str],
+    trace: str = "unnamed",
+    reps: int = 20,
+    cache: Path | None = DEFAULT_CACHE / "embed_autotune.json",
+    extra: dict[str, dict[str, Any]] | None = None,
+    progress: Progress | None = None,
+) -> TuneResult:
+    """Time ``variants`` x their parameter grids; the winner is cached under ``cache_key``.
+    ``extra`` gives fixed factory arguments per variant (e.g. the hot rows)."""
+    key = cache_key(tables, lookups, trace, variants)
+    store = _load(cache)
+    if key in store:
+        return TuneResult(**store[key], cached=True)
+    want = KERNELS.create("torch", tables)(lookups[0])
+    plan = [(name, params) for name in variants for params in grid(name)]
+    candidates: list[dict[str, Any]] = []
+    for i, (name, params) in enumerate(plan):
+        t = _time_one(name, params, tables, lookups, want, reps, (extra or {}).get(name, {}))
+        row: dict[str, Any] = {"kernel": name, "params": params}
+        row.update({"ms": t * 1e3} if isinstance(t, float) else {"rejected": t})
+        candidates.append(row)
+        if progress is not None:
+            progress((i + 1) / len(plan))
+    timed = [c for c in candidates if "ms" in c]
+    if not timed:
+        raise RecperfError(f"autotune: no variant ran: {candidates[0].get('rejected')}")
+    best = min(timed, key=lambda c: c["ms"])
+    result = TuneResult(
+        kernel=best["kernel"], params=best["params"], ms=best["ms"], candidates=candidates
+    )
+    if cache is not None:
+        store[key] = {k: v for k, v in asdict(result).items() if k != "cached"}
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(cache) as tmp:
+            tmp.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
+    return result
+
+
+def _load(cache: Path | None) -> dict[str, Any]:
+    if cache is None or not cache.is_file():
+        return {}
+    try:
+        data: dict[str, Any] = json.loads(cache.read_text())
+        return data
+    except ValueError:
+        return {}  # a corrupt cache is only a cache: re-tune and overwrite it

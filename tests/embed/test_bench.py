@@ -1,0 +1,145 @@
+"""The inference configurations and model adapter, batches from traces, the autotuner and its
+cache, the benchmark and the `embed check` / `embed bench` commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from recperf.cli.main import app
+from recperf.core.errors import ConfigError
+from recperf.embed import autotune as at
+from recperf.embed import traces
+from recperf.embed.bench import bench, make_lookups
+from recperf.embed.kernels import KERNELS, PARAM_SPACE
+from recperf.embed.model import (
+    MLPERF_MULTI_HOT,
+    EmbedConfig,
+    config,
+    inference_model,
+    lengths_for,
+    random_tables,
+)
+from recperf.models.dlrm import DLRM
+
+TINY = EmbedConfig(
+    name="tiny",
+    table_rows=(30, 7, 12),
+    dim=5,
+    pooling_factors=(3, 0, 2),
+    batch_size=4,
+    bottom_mlp=(8,),
+    top_mlp=(8,),
+)
+cli = CliRunner()
+
+
+def test_named_configs() -> None:
+    paper = config("paper")
+    assert paper.table_rows == (500_000,) * 12 and paper.dim == 128
+    assert paper.pooling_factors == (150,) * 12 and paper.batch_size == 2048
+    mlperf = config("mlperf", rows_cap=100_000)
+    assert mlperf.num_tables == 26 and mlperf.pooling_factors == MLPERF_MULTI_HOT
+    assert max(mlperf.table_rows) == 100_000 and min(mlperf.table_rows) == 3
+    assert config("small", batch_size=8).batch_size == 8
+    with pytest.raises(ConfigError, match="paper, mlperf, small"):
+        config("huge")
+    with pytest.raises(ConfigError, match="pooling_factors"):
+        EmbedConfig(name="x", table_rows=(3,), dim=2, pooling_factors=(1, 1), batch_size=1)
+
+
+def test_kernel_stage_in_the_shared_dlrm_equals_its_own_embedding_bags() -> None:
+    tables = random_tables(TINY, torch.float32, "cpu", seed=1)
+    for name in ("torch", "torch-hot", "triton"):
+        model = inference_model(TINY, KERNELS.create(name, tables))
+        plain = DLRM(TINY.dlrm()).eval()
+        plain.load_state_dict({k: v for k, v in model.state_dict().items()}, strict=False)
+        for bag, w in zip(plain.embeddings.bags, tables.weights, strict=True):  # type: ignore[union-attr, arg-type]
+            bag.weight.data.copy_(w)
+        lengths = lengths_for(TINY, "cpu")
+        values = torch.cat(
+            [
+                torch.randint(0, rows, (TINY.batch_size * per_bag,))
+                for rows, per_bag in zip(TINY.table_rows, TINY.pooling_factors, strict=True)
+            ]
+        )
+        dense = torch.rand(TINY.batch_size, 13)
+        with torch.no_grad():
+            torch.testing.assert_close(model(dense, values, lengths), plain(dense, values, lengths))
+
+
+def test_batches_follow_each_tables_stream() -> None:
+    trace = traces.Trace(name="t", ids=(torch.arange(50) % 40, torch.arange(50)), rows=(40, 50))
+    a, b = make_lookups(TINY, trace, 2, "cpu")
+    assert a.offsets.tolist() == [0, 3, 6, 9, 12, 12, 12, 12, 12, 14, 16, 18, 20]
+    assert a.indices[:12].tolist() == [i % 30 for i in range(12)]  # table 0 stream, mod its rows
+    assert a.indices[12:].tolist() == [i % 12 for i in range(8)]  # table 2 takes stream 0 again
+    assert b.indices[:12].tolist() == [i % 30 for i in range(12, 24)]
+
+
+def test_bench_reports_every_variant_against_torch() -> None:
+    result = bench(TINY, "zipf:1.1", ["torch-hot", "triton"], reps=3, seed=2)
+    names = [v.variant for v in result.variants]
+    assert names == ["torch", "torch-hot", "triton"]
+    assert result.variants[0].speedup_vs_torch == 1.0
+    assert all(v.max_abs_err < 1e-5 and v.ms_per_batch > 0 for v in result.variants)
+    per_batch = 4 * 5 * 5 * 4 + 5 * 4 * 8 + 13 * 8 + 4 * 3 * 5 * 4  # rows, ids, offsets, output
+    assert result.bytes_per_batch == per_batch and result.lookups_per_batch == 20
+    assert set(result.stages_ms) == {"bottom_mlp", "embedding", "interaction", "top_mlp"}
+    assert result.locality["accesses"] > 0
+    with pytest.raises(ConfigError, match="variant 'nope'"):
+        bench(TINY, "uniform", ["nope"])
+
+
+def test_autotune_picks_the_fastest_correct_candidate_and_caches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(PARAM_SPACE, "triton", {"block_d": (16, 32), "num_warps": (1,)})
+    tables = random_tables(TINY, torch.float32, "cpu", seed=0)
+    trace = traces.resolve("uniform", rows=30, tables=3, lookups=100)
+    lookups = make_lookups(TINY, trace, 2, "cpu")
+    cache = tmp_path / "tune.json"
+    first = at.autotune(tables, lookups, variants=["triton"], trace="u", reps=2, cache=cache)
+    assert len(first.candidates) == 2 and not first.cached
+    assert first.params in ({"block_d": 16, "num_warps": 1}, {"block_d": 32, "num_warps": 1})
+    assert first.ms == min(c["ms"] for c in first.candidates)
+    again = at.autotune(tables, lookups, variants=["triton"], trace="u", reps=2, cache=cache)
+    assert again.cached and again.params == first.params
+    key = at.cache_key(tables, lookups, "u", ["triton"])
+    assert key.startswith("cpu|float32|sum|T3|D5") and key in json.loads(cache.read_text())
+
+
+def test_cli_check_and_bench() -> None:
+    res = cli.invoke(app, ["embed", "check", "--variants", "torch,torch-hot", "--json"])
+    assert res.exit_code == 0, res.output
+    assert [k["result"] for k in json.loads(res.stdout)["kernels"]] == ["ok", "ok"]
+    res = cli.invoke(
+        app,
+        [
+            "embed",
+            "bench",
+            "--config",
+            "small",
+            "--trace",
+            "reuse-low",
+            "--variants",
+            "torch-hot",
+            "--batch-size",
+            "8",
+            "--reps",
+            "3",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["config"] == "small" and [v["variant"] for v in out["variants"]] == [
+        "torch",
+        "torch-hot",
+    ]
+    res = cli.invoke(app, ["embed", "bench", "--dtype", "int8"])
+    assert res.exit_code == 2 and "--dtype 'int8'" in res.output
