@@ -81,7 +81,10 @@ class TorchHotRows(TorchReference):
                 k = max(1, int(rows * self.hot_fraction))
                 hot.append(torch.argsort(counts, descending=True, stable=True)[:k])
             self._reorder(hot)
-        ids = torch.cat([self._remap[t][seg] for t, seg in enumerate(segments)])
+        # index_select, not remap[seg]: advanced indexing measured ~10x slower here (CPU).
+        ids = torch.cat(
+            [torch.index_select(self._remap[t], 0, seg) for t, seg in enumerate(segments)]
+        )
         remapped = Lookup(
             indices=ids,
             offsets=lookup.offsets,
