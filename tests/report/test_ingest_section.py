@@ -214,4 +214,4 @@ def test_names_and_errors_are_escaped() -> None:
 
 def test_report_includes_the_section_after_the_cluster_ones() -> None:
     assert SECTIONS.index(ing.ingest_section) == 2
-    assert len(SECTIONS) == 4
+    assert len(SECTIONS) == 5

@@ -46,6 +46,9 @@ INGEST_QUICK_FIGURES = 4
 INGEST_FULL_FIGURES = 6
 # The stall section's figures: the breakdown, the all-reduce model and the advisor's frontier.
 STALLS_FIGURES = 3
+# The embedding section's figures: reuse distance, coverage, and the CPU benchmark's ms, GB/s and
+# stages (no GPU results are bundled yet).
+EMBED_FIGURES = 5
 CELLS = list(itertools.product(ns.SCHEDULERS, ns.CONGESTION))
 
 
@@ -119,7 +122,11 @@ def test_report_has_every_figure_and_inline_plotly(
     for part in NETSENS_PARTS:
         assert f'<div class="rp-figure" id="netsens-{part}"' in page
     assert page.count('class="rp-figure"') == (
-        len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_QUICK_FIGURES + STALLS_FIGURES
+        len(FIGURE_PARTS)
+        + len(NETSENS_PARTS)
+        + INGEST_QUICK_FIGURES
+        + STALLS_FIGURES
+        + EMBED_FIGURES
     )
     assert "plotly.js v" in page  # the library itself, inline
     assert not re.search(r"<script[^>]+src=", page)  # nothing fetched from the network
@@ -128,6 +135,7 @@ def test_report_has_every_figure_and_inline_plotly(
     assert page.index('<section id="cluster">') < page.index('<section id="netsens">')
     assert page.index('<section id="netsens">') < page.index('<section id="ingest">')
     assert page.index('<section id="ingest">') < page.index('<section id="stalls">')
+    assert page.index('<section id="stalls">') < page.index('<section id="embed">')
     assert f"recperf {recperf.__version__}" in page
     for name in SCHEDULERS:
         assert f'<td class="rp-l">{name}</td>' in page
@@ -290,7 +298,11 @@ def test_full_report_covers_both_traces_and_the_congestion_grid(tmp_path: Path) 
         for part in FIGURE_PARTS:
             assert f'id="cluster-{index}-{trace}-{part}"' in page
     assert page.count('class="rp-figure"') == (
-        2 * len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_FULL_FIGURES + STALLS_FIGURES
+        2 * len(FIGURE_PARTS)
+        + len(NETSENS_PARTS)
+        + INGEST_FULL_FIGURES
+        + STALLS_FIGURES
+        + EMBED_FIGURES
     )
     grid = report["sections"]["netsens"]["data"]
     assert (grid["trace"], grid["cluster"]) == ("helios-500", "helios")
@@ -380,7 +392,13 @@ def test_every_figure_draws_in_chromium(
 ) -> None:
     dom = _dump_dom(quick_report[0], tmp_path / "profile")
     drawn, total = _figures_drawn(dom)
-    expected = len(FIGURE_PARTS) + len(NETSENS_PARTS) + INGEST_QUICK_FIGURES + STALLS_FIGURES
+    expected = (
+        len(FIGURE_PARTS)
+        + len(NETSENS_PARTS)
+        + INGEST_QUICK_FIGURES
+        + STALLS_FIGURES
+        + EMBED_FIGURES
+    )
     assert drawn == total == expected
     assert dom.count('class="main-svg"') >= total
     for part in NETSENS_PARTS:  # each new figure drew its own svg

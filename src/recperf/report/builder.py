@@ -19,6 +19,7 @@ from plotly.offline import get_plotlyjs
 import recperf
 from recperf.core.results import write_json, write_text
 from recperf.report.cluster_section import cluster_section
+from recperf.report.embed_section import embed_section
 from recperf.report.ingest_section import ingest_section
 from recperf.report.netsens_section import netsens_section
 from recperf.report.section import FIGURE_CLASS, Section, SectionBuilder
@@ -29,6 +30,7 @@ SECTIONS: tuple[SectionBuilder, ...] = (
     netsens_section,
     ingest_section,
     stalls_section,
+    embed_section,
 )
 """In page order."""
 TEMPLATE = "template.html.j2"
