@@ -140,6 +140,10 @@ def test_fit_predict_advise_on_the_profile(
         (["profile", "--ranks", "3", "--nodes", "2", "--out", "x"], "multiple of nodes"),
         (["profile", "--bandwidth", "fast", "--out", "x"], "bandwidth 'fast'"),
         (["profile", "--device", "tpu", "--out", "x"], "device = 'tpu'"),
+        (
+            ["profile", "--device", "cuda", "--ranks", "99", "--out", "x"],
+            "99 ranks need as many GPUs",
+        ),
         (["profile", "--option", "noequals", "--out", "x"], "KEY=VALUE"),
         (["profile", "--workload", "nope", "--out", "x"], "unknown stall workload 'nope'"),
         (["fit", "--profiles", "missing-dir", "--out", "m.json"], "not a profile summary"),

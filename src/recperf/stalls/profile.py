@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+
 import recperf.stalls.workloads  # noqa: F401 - registers the built-in workloads
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
@@ -131,6 +133,11 @@ def plan(
 
 def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Run every differential run, analyse, write ``out/summary.json``; return the summary."""
+    if config.device == "cuda" and torch.cuda.device_count() < config.ranks:
+        raise ConfigError(
+            f"device = cuda: {config.ranks} ranks need as many GPUs; "
+            f"this machine has {torch.cuda.device_count()}"
+        )
     workload: Workload = WORKLOADS.create(config.workload, **config.workload_options)
     model = workload.build(config.seed)
     gbytes = grad_bytes(model)
