@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from recperf.core.errors import ConfigError, RecperfError
+from recperf.core.errors import ConfigError
 from recperf.embed import locality, traces
 from recperf.embed.autotune import autotune, device_name
 from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables
@@ -222,7 +222,4 @@ def stage_breakdown(
             ),
             "top_mlp": median_s(lambda _: model.top(inter), [None], reps, dev),
         }
-    total = sum(stages.values())
-    if total <= 0:
-        raise RecperfError("stage timings are all zero")
     return {k: v * 1e3 for k, v in stages.items()}

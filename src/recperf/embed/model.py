@@ -123,9 +123,6 @@ class EmbedConfig:
             pooling=self.pooling,
         )
 
-    def table_bytes(self, dtype: torch.dtype) -> int:
-        return sum(self.table_rows) * self.dim * torch.empty(0, dtype=dtype).element_size()
-
 
 def config(name: str, *, rows_cap: int = 1_000_000, batch_size: int | None = None) -> EmbedConfig:
     """``paper`` (12 x 500k x 128, 150 ids per bag, batch 2048), ``mlperf`` (DLRMv2's 26 tables,
@@ -146,8 +143,6 @@ def config(name: str, *, rows_cap: int = 1_000_000, batch_size: int | None = Non
             dim=128,
             pooling_factors=MLPERF_MULTI_HOT,
             batch_size=2048,
-            bottom_mlp=(512, 256),
-            top_mlp=(1024, 1024, 512, 256),
         )
     elif name == "small":
         cfg = EmbedConfig(

@@ -18,6 +18,7 @@ from recperf.embed.kernels.triton_tbe import (
     PREFETCH_SPACE,
     SPACE,
     TBEConfig,
+    check_prefetch,
     default_block_d,
     require_triton,
     tbe_forward,
@@ -216,8 +217,7 @@ def make_combined(
     prefetch: int = 1,
 ) -> HotRowKernel:
     """``hot-l2`` with the software-prefetching kernel (``prefetch`` = 1 or 2 chunks ahead)."""
-    if prefetch not in (1, 2):
-        raise ConfigError(f"prefetch: {prefetch!r} is not one of (1, 2)")
+    check_prefetch(prefetch)
     return _make(
         "combined", tables, prefetch, hot_rows, hot_fraction, refresh,
         block_d, block_n, num_warps, bags_per_program,

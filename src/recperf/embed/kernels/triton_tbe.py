@@ -133,6 +133,12 @@ class TBEConfig:
         check_range("bags_per_program", self.bags_per_program, 1, 64)
 
 
+def check_prefetch(prefetch: int) -> None:
+    """A prefetching variant loads 1 or 2 chunks ahead (0 would be the plain kernel)."""
+    if prefetch not in (1, 2):
+        raise ConfigError(f"prefetch: {prefetch!r} is not one of (1, 2)")
+
+
 def default_block_d(dim: int) -> int:
     """The smallest allowed block_d covering ``dim``, at most 128."""
     return next((b for b in _BLOCK_D if b >= min(dim, 128)), _BLOCK_D[-1])
@@ -227,8 +233,7 @@ def make_triton_prefetch(
     prefetch: int = 1,
 ) -> TritonTBE:
     """The table-batched kernel with ``prefetch`` (1 or 2) chunks loaded ahead."""
-    if prefetch not in (1, 2):
-        raise ConfigError(f"prefetch: {prefetch!r} is not one of (1, 2)")
+    check_prefetch(prefetch)
     cfg = TBEConfig(
         block_d=block_d or default_block_d(tables.dim),
         block_n=block_n,
