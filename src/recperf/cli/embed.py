@@ -142,3 +142,85 @@ def bench_cmd(
     err_console.print(
         "stages (ms): " + ", ".join(f"{k} {v:.3f}" for k, v in result.stages_ms.items())
     )
+
+
+def _ints(option: str, text: str) -> tuple[int, ...]:
+    from recperf.core.errors import ConfigError
+
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{option} {text!r}: expected comma-separated integers") from None
+    return values
+
+
+@app.command("compile")
+@one_line_errors
+def compile_cmd(
+    arch: int = typer.Option(90, help="Compute capability: 80, 86, 89 or 90 (H100/H200)."),
+    dtype: str = typer.Option("fp32", help="fp32 or fp16 weights."),
+    pooling: str = typer.Option("sum", help="sum or mean."),
+    weighted: bool = typer.Option(False, help="With per-sample weights."),
+    dim: int = typer.Option(128, help="Embedding dimension D."),
+    batch: int = typer.Option(2048, help="Batch size (specialised like the launch's)."),
+    tables: int = typer.Option(12, help="Number of tables."),
+    block_d: str | None = typer.Option(None, help="Comma-separated (default: covers D, <= 128)."),
+    block_n: str = typer.Option("16,32,64", help="Comma-separated ids per chunk."),
+    num_warps: str = typer.Option("4,8", help="Comma-separated warps per program."),
+    bags: str = typer.Option("1,2", help="Comma-separated bags per program."),
+    prefetch: str = typer.Option("0,1,2", help="Comma-separated prefetch distances (0: none)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Compile the table-batched Triton kernel for a GPU architecture without a GPU and show each
+    launch shape's registers, spills, shared memory and theoretical occupancy."""
+    import os
+    from dataclasses import asdict
+
+    import torch
+
+    from recperf.core.errors import ConfigError, RecperfError
+    from recperf.core.progress import progress_bar
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise ConfigError("TRITON_INTERPRET=1: compiling for a GPU needs the interpreter off")
+    from recperf.embed.kernels.compiled import arch as arch_limits
+    from recperf.embed.kernels.compiled import compile_tbe, configs
+    from recperf.embed.kernels.triton_tbe import default_block_d
+
+    dtypes = {"fp32": torch.float32, "fp16": torch.float16}
+    if dtype not in dtypes:
+        raise ConfigError(f"--dtype {dtype!r}: expected fp32 or fp16")
+    if pooling not in ("sum", "mean"):
+        raise ConfigError(f"--pooling {pooling!r}: expected sum or mean")
+    limits = arch_limits(arch)
+    shapes = configs(
+        _ints("--block-d", block_d) if block_d else (default_block_d(dim),),
+        _ints("--block-n", block_n),
+        _ints("--num-warps", num_warps),
+        _ints("--bags", bags),
+        _ints("--prefetch", prefetch),
+    )
+    rows: list[dict[str, object]] = []
+    with progress_bar(f"compiling {len(shapes)} launch shapes for sm_{arch}") as bar:
+        for i, cfg in enumerate(shapes):
+            try:
+                res = compile_tbe(
+                    cfg, cc=arch, dtype=dtypes[dtype], weighted=weighted, pooling=pooling,  # type: ignore[arg-type]
+                    dim=dim, batch=batch, tables=tables,
+                )  # fmt: skip
+                rows.append(res.to_json())
+            except RecperfError as exc:  # one shape that does not compile is a row, not the end
+                if "failed for sm_" not in str(exc):
+                    raise
+                rows.append({**asdict(cfg), "error": str(exc)})
+            bar((i + 1) / len(shapes))
+    if json_out:
+        typer.echo(dumps_json({"arch": arch, "gpus": limits.gpus, "shapes": rows}), nl=False)
+    cols = ["block_d", "block_n", "num_warps", "bags_per_program", "prefetch", "registers",
+            "spill_bytes", "shared_bytes", "vector_loads", "occupancy", "limiter"]  # fmt: skip
+    print_table(f"table-batched kernel on sm_{arch} ({limits.gpus}), {dtype}", rows, cols)
+    failed = [r for r in rows if "error" in r]
+    for r in failed:
+        err_console.print(str(r["error"]), highlight=False, markup=False)
+    if failed:
+        raise typer.Exit(1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton  # type: ignore[import-untyped]
@@ -29,6 +30,14 @@ SPACE: dict[str, tuple[int, ...]] = {
     "bags_per_program": (1, 2, 4, 8),
 }
 PREFETCH_SPACE: dict[str, tuple[int, ...]] = {**SPACE, "prefetch": (1, 2)}
+GPU_SPACE: dict[str, tuple[int, ...]] = {
+    "block_d": (128,),
+    "block_n": (16, 32, 64),
+    "num_warps": (4, 8),
+    "bags_per_program": (1, 2),
+}
+"""The reduced grid the GPU benchmark tunes for D = 128 (12 points, 24 with the prefetch
+distance); ``recperf embed compile`` sweeps it by default."""
 
 
 @triton.jit
@@ -166,6 +175,38 @@ def combine(weights: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tens
     return buffer, torch.cumsum(rows, 0).to(buffer.device)
 
 
+def kernel_args(
+    buffer: torch.Tensor,
+    row_base: torch.Tensor,
+    indices: torch.Tensor,
+    offsets: torch.Tensor,
+    weights: torch.Tensor | None,
+    out: torch.Tensor,
+    *,
+    batch: int,
+    pooling: Pooling,
+    cfg: TBEConfig,
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``_tbe_kernel``'s positional and keyword arguments for one launch (shared by the launch and
+    the ahead-of-time compiler, so both see the same signature and specialisation)."""
+    bags, num_tables, dim = int(offsets.shape[0]) - 1, int(out.shape[1]), int(buffer.shape[1])
+    psw = out if weights is None else weights  # never read when HAS_W is False
+    args = (buffer, row_base, indices, offsets, psw, out, bags, batch, num_tables, dim)
+    kwargs = {
+        "HAS_W": weights is not None,
+        "MEAN": pooling == "mean",
+        "BLOCK_D": cfg.block_d,
+        "BLOCK_N": cfg.block_n,
+        "BAGS": cfg.bags_per_program,
+        "PREFETCH": cfg.prefetch,
+        "num_warps": cfg.num_warps,
+        # Fused multiply-adds for the weighted sums, asked for explicitly: Triton 3.9 warns when
+        # its default is relied on (and that default flips in 3.10).
+        "enable_fp_fusion": True,
+    }
+    return args, kwargs
+
+
 def tbe_forward(
     buffer: torch.Tensor, row_base: torch.Tensor, lookup: Lookup, pooling: Pooling, cfg: TBEConfig
 ) -> torch.Tensor:
@@ -174,15 +215,12 @@ def tbe_forward(
     b, bags = lookup.batch_size, lookup.num_bags
     num_tables, dim = bags // b, int(buffer.shape[1])
     out = torch.empty(b, num_tables, dim, dtype=torch.float32, device=buffer.device)
-    psw = lookup.per_sample_weights
-    grid = (triton.cdiv(bags, cfg.bags_per_program), triton.cdiv(dim, cfg.block_d))
-    _tbe_kernel[grid](
-        buffer, row_base, lookup.indices, lookup.offsets, out if psw is None else psw, out,
-        bags, b, num_tables, dim,
-        HAS_W=psw is not None, MEAN=pooling == "mean", BLOCK_D=cfg.block_d,
-        BLOCK_N=cfg.block_n, BAGS=cfg.bags_per_program, PREFETCH=cfg.prefetch,
-        num_warps=cfg.num_warps,
+    args, kwargs = kernel_args(
+        buffer, row_base, lookup.indices, lookup.offsets, lookup.per_sample_weights, out,
+        batch=b, pooling=pooling, cfg=cfg,
     )  # fmt: skip
+    grid = (triton.cdiv(bags, cfg.bags_per_program), triton.cdiv(dim, cfg.block_d))
+    _tbe_kernel[grid](*args, **kwargs)
     return out
 
 

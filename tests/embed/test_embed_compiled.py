@@ -1,0 +1,116 @@
+"""Ahead-of-time compilation of the Triton kernel for GPU architectures (no GPU needed): the
+occupancy arithmetic, the ptxas parser, and real compiles for sm_90 and sm_80 in a subprocess
+(this test process runs Triton in interpreter mode, set before the kernels were imported)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from recperf.core.errors import ConfigError, RecperfError
+from recperf.embed.kernels.compiled import ARCHS, arch, compile_tbe, occupancy, parse_ptxas
+from recperf.embed.kernels.triton_tbe import TBEConfig
+
+H100 = ARCHS[90]
+
+
+def test_occupancy_limited_by_warps_registers_shared_and_nothing_fits() -> None:
+    # 32 registers x 32 threads = 1024 per warp: 64 warps fit, the 64-warp cap binds first.
+    o = occupancy(H100, 32, 4, 2048)
+    assert (o.blocks_per_sm, o.warps_per_sm, o.fraction, o.limiter) == (16, 64, 1.0, "warps")
+    # 128 registers: 4096 per warp, 16 warps per SM, 4 blocks of 4 warps.
+    o = occupancy(H100, 128, 4, 0)
+    assert (o.blocks_per_sm, o.fraction, o.limiter) == (4, 0.25, "registers")
+    # 93 registers round up to 96 per thread (256-register warp granules): 65536 // (3072*4) = 5.
+    assert occupancy(H100, 93, 4, 0).blocks_per_sm == 5
+    # 100 KiB of shared memory (+1 KiB reserved) per block: 2 blocks in 228 KiB.
+    o = occupancy(H100, 32, 4, 100 * 1024)
+    assert (o.blocks_per_sm, o.limiter) == (2, "shared")
+    # 255 registers x 16 warps needs 131072 registers: no block fits.
+    o = occupancy(H100, 255, 16, 0)
+    assert (o.blocks_per_sm, o.fraction) == (0, 0.0)
+    # One-warp blocks hit the 32-block cap; Ada has 48 warps.
+    assert occupancy(H100, 16, 1, 0).limiter == "blocks"
+    assert occupancy(ARCHS[89], 32, 8, 0).warps_per_sm == 48
+
+
+def test_arch_and_occupancy_reject_bad_input() -> None:
+    with pytest.raises(ConfigError, match=r"arch: 75 is not one of 80, 86, 89, 90"):
+        arch(75)
+    with pytest.raises(ConfigError, match="num_warps"):
+        occupancy(H100, 32, 0, 0)
+    assert arch(90).ptxas_name == "sm_90a" and arch(80).ptxas_name == "sm_80"
+
+
+def test_parse_ptxas_reads_registers_and_spills() -> None:
+    text = (
+        "ptxas info    : Compiling entry function '_tbe_kernel' for 'sm_90a'\n"
+        "ptxas info    : Function properties for _tbe_kernel\n"
+        "    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads\n"
+        "ptxas info    : Used 48 registers, used 0 barriers\n"
+    )
+    u = parse_ptxas(text)
+    assert (u.registers, u.spill_stores, u.spill_loads, u.stack_bytes) == (48, 8, 12, 16)
+    with pytest.raises(RecperfError, match="no resource usage"):
+        parse_ptxas("ptxas fatal : something else")
+
+
+def test_compile_refuses_an_interpreted_process() -> None:
+    assert os.environ.get("TRITON_INTERPRET") == "1"  # set by conftest before any kernel import
+    with pytest.raises(ConfigError, match="TRITON_INTERPRET"):
+        compile_tbe(TBEConfig(block_d=128))
+
+
+def _compile_cli(*args: str) -> dict[str, object]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, "-c", "from recperf.cli.main import main; main()", "embed", "compile"]
+    run = subprocess.run([*cmd, *args, "--json"], capture_output=True, text=True, env=env)
+    if "ptxas is not available" in run.stderr:
+        pytest.skip("this Triton has no bundled ptxas")
+    assert run.returncode == 0, run.stderr[-2000:]
+    data: dict[str, object] = json.loads(run.stdout)
+    return data
+
+
+@pytest.mark.slow
+def test_kernel_compiles_for_hopper_with_prefetch_costing_registers() -> None:
+    data = _compile_cli("--arch", "90", "--block-n", "16", "--num-warps", "4", "--bags", "1,2",
+                        "--prefetch", "0,2")  # fmt: skip
+    shapes = data["shapes"]
+    assert isinstance(shapes, list) and len(shapes) == 4
+    by = {(s["bags_per_program"], s["prefetch"]): s for s in shapes}
+    for s in shapes:
+        assert s["arch"] == 90 and 0 < s["registers"] <= 255
+        assert 0 < s["occupancy"] <= 1 and s["blocks_per_sm"] >= 1
+        assert s["vector_loads"] > 0  # D = 128 rows load as vectors
+    # Two chunks in flight hold two more tiles in registers than none.
+    assert by[(1, 2)]["registers"] > by[(1, 0)]["registers"]
+    assert by[(1, 2)]["occupancy"] <= by[(1, 0)]["occupancy"]
+
+
+@pytest.mark.slow
+def test_kernel_compiles_for_ampere_fp16_weighted_mean_odd_dim() -> None:
+    data = _compile_cli("--arch", "80", "--dtype", "fp16", "--weighted", "--pooling", "mean",
+                        "--dim", "100", "--block-d", "32,128", "--block-n", "64",
+                        "--num-warps", "8", "--bags", "4", "--prefetch", "1")  # fmt: skip
+    shapes = data["shapes"]
+    assert isinstance(shapes, list) and len(shapes) == 2
+    for s in shapes:
+        assert (s["arch"], s["dtype"], s["weighted"], s["pooling"]) == (80, "float16", True, "mean")
+        assert s["registers"] > 0 and s["blocks_per_sm"] >= 1
+
+
+def test_compile_errors_name_the_innermost_cause() -> None:
+    from recperf.embed.kernels.compiled import _root
+
+    try:
+        try:
+            raise ValueError("arange's range must be a power of 2")
+        except ValueError as inner:
+            raise RuntimeError("at 16:14:\n    acc = _pool(\n          ^") from inner
+    except RuntimeError as outer:
+        assert _root(outer) == "ValueError: arange's range must be a power of 2"
