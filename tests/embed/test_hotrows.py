@@ -203,3 +203,41 @@ def test_missing_cuda_python_says_how_to_install(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(l2pin.importlib, "import_module", no_module)
     with pytest.raises(ConfigError, match="pip install cuda-python"):
         l2pin.load_runtime()
+
+
+def test_real_cuda_python_bindings_accept_our_arguments() -> None:
+    """Against the installed cuda-python with no driver: every call must reach CUDA and come back
+    as an error code (a wrong argument type or attribute name raises before that)."""
+    rt = pytest.importorskip("cuda.bindings.runtime")
+    if torch.cuda.is_available():
+        pytest.skip("a driver is present: test_pin_window_on_a_real_gpu covers this")
+    with pytest.raises(RecperfError, match="query L2 size failed"):
+        l2pin.device_limits(rt, 0)
+    with pytest.raises(RecperfError, match="cudaStreamSetAttribute failed"):
+        l2pin._set_window(rt, 0, 0x1000, 4096, "cudaAccessPropertyPersisting")
+    with pytest.raises(RecperfError, match="cudaStreamSetAttribute failed"):
+        l2pin.unpin(rt, 0)
+    limit = rt.cudaLimit.cudaLimitPersistingL2CacheSize
+    with pytest.raises(RecperfError, match="cudaDeviceSetLimit failed"):
+        l2pin._check(rt.cudaDeviceSetLimit(limit, 4096), "cudaDeviceSetLimit")
+    with pytest.raises(RecperfError, match="cudaCtxResetPersistingL2Cache failed"):
+        l2pin._check(rt.cudaCtxResetPersistingL2Cache(), "cudaCtxResetPersistingL2Cache")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_pin_window_on_a_real_gpu() -> None:
+    rt = pytest.importorskip("cuda.bindings.runtime")
+    region = torch.ones(1 << 20, device="cuda")  # 4 MiB
+    stream = int(torch.cuda.current_stream().cuda_stream)
+    names = ("cudaStreamAttributeAccessPolicyWindow", "cudaLaunchAttributeAccessPolicyWindow")
+    attr = next(getattr(rt.cudaStreamAttrID, n) for n in names if hasattr(rt.cudaStreamAttrID, n))
+    with l2pin.L2Window(region) as window:
+        assert window.active and 0 < window.num_bytes <= region.numel() * 4
+        value = l2pin._check(rt.cudaStreamGetAttribute(stream, attr), "get window")
+        assert value.accessPolicyWindow.base_ptr == region.data_ptr()
+        assert value.accessPolicyWindow.num_bytes == window.num_bytes
+        region.mul_(2)
+    value = l2pin._check(rt.cudaStreamGetAttribute(stream, attr), "get window")
+    assert value.accessPolicyWindow.num_bytes == 0 and not window.active
+    torch.cuda.synchronize()
