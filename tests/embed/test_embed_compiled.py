@@ -12,7 +12,14 @@ import sys
 import pytest
 
 from recperf.core.errors import ConfigError, RecperfError
-from recperf.embed.kernels.compiled import ARCHS, arch, compile_tbe, occupancy, parse_ptxas
+from recperf.embed.kernels.compiled import (
+    ARCHS,
+    arch,
+    compile_tbe,
+    loop_barriers,
+    occupancy,
+    parse_ptxas,
+)
 from recperf.embed.kernels.triton_tbe import TBEConfig
 
 H100 = ARCHS[90]
@@ -87,6 +94,7 @@ def test_kernel_compiles_for_hopper_with_prefetch_costing_registers() -> None:
         assert s["arch"] == 90 and 0 < s["registers"] <= 255
         assert 0 < s["occupancy"] <= 1 and s["blocks_per_sm"] >= 1
         assert s["vector_loads"] > 0  # D = 128 rows load as vectors
+        assert s["loop_barriers"] == 0  # chunks are summed across warps once, after the loop
     # Two chunks in flight hold two more tiles in registers than none.
     assert by[(1, 2)]["registers"] > by[(1, 0)]["registers"]
     assert by[(1, 2)]["occupancy"] <= by[(1, 0)]["occupancy"]
@@ -114,3 +122,20 @@ def test_compile_errors_name_the_innermost_cause() -> None:
             raise RuntimeError("at 16:14:\n    acc = _pool(\n          ^") from inner
     except RuntimeError as outer:
         assert _root(outer) == "ValueError: arange's range must be a power of 2"
+
+
+_PTX = """
+$L__BB0_3:                              // =>This Inner Loop Header: Depth=1
+\tld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd24 + 0 ];
+\t{BODY}
+\t@%p12 bra \t$L__BB0_3;
+\tbra.uni \t$L__BB0_4;
+$L__BB0_4:
+\tbar.sync \t0;
+"""
+
+
+def test_loop_barriers_counts_only_barriers_inside_loops() -> None:
+    assert loop_barriers(_PTX.replace("{BODY}", "add.f32 %r5, %r1, %r2;")) == 0
+    assert loop_barriers(_PTX.replace("{BODY}", "bar.sync \t0;\n\tbar.sync \t0;")) == 2
+    assert loop_barriers("no loops here\nbar.sync 0;") == 0

@@ -217,7 +217,8 @@ def compile_cmd(
     if json_out:
         typer.echo(dumps_json({"arch": arch, "gpus": limits.gpus, "shapes": rows}), nl=False)
     cols = ["block_d", "block_n", "num_warps", "bags_per_program", "prefetch", "registers",
-            "spill_bytes", "shared_bytes", "vector_loads", "occupancy", "limiter"]  # fmt: skip
+            "spill_bytes", "shared_bytes", "vector_loads", "loop_barriers", "occupancy",
+            "limiter"]  # fmt: skip
     print_table(f"table-batched kernel on sm_{arch} ({limits.gpus}), {dtype}", rows, cols)
     failed = [r for r in rows if "error" in r]
     for r in failed:

@@ -132,6 +132,8 @@ class KernelResources:
     shared_bytes: int
     vector_loads: int
     """``ld.global`` instructions in the PTX moving 2, 4 or 8 elements at once."""
+    loop_barriers: int
+    """Barriers inside the gather loop (see ``loop_barriers``)."""
     blocks_per_sm: int
     warps_per_sm: int
     occupancy: float
@@ -143,6 +145,20 @@ class KernelResources:
 
 
 _VECTOR_LOAD = re.compile(r"\bld\.global(?:\.\w+)*\.v[248]\b")
+_LOOP_HEADER = re.compile(r"^(\$L__BB\w+):.*Loop Header", re.MULTILINE)
+
+
+def loop_barriers(ptx: str) -> int:
+    """``bar.sync`` instructions inside loop bodies: from each loop header (LLVM marks it) to the
+    last branch back to it. The gather loop should have none: a barrier there makes every warp of
+    the program wait for the slowest at every chunk."""
+    count = 0
+    for header in _LOOP_HEADER.finditer(ptx):
+        back = ptx.rfind(f"bra \t{header.group(1)};", header.end())
+        back = max(back, ptx.rfind(f"bra {header.group(1)};", header.end()))
+        if back > 0:
+            count += len(re.findall(r"\bbar(?:rier)?\.sync\b", ptx[header.end() : back]))
+    return count
 
 
 def _ptxas(cc: int) -> str:
@@ -260,6 +276,7 @@ def compile_tbe(
         stack_bytes=usage.stack_bytes,
         shared_bytes=shared,
         vector_loads=len(_VECTOR_LOAD.findall(ptx)),
+        loop_barriers=loop_barriers(ptx),
         blocks_per_sm=occ.blocks_per_sm,
         warps_per_sm=occ.warps_per_sm,
         occupancy=occ.fraction,

@@ -54,24 +54,27 @@ def _gather(buf_ptr, idx_ptr, psw_ptr, base, start, end, dim, d, d_ok, HAS_W, BL
 
 
 @triton.jit
-def _reduce(tile, w, HAS_W):  # type: ignore[no-untyped-def]
+def _weigh(tile, w, HAS_W):  # type: ignore[no-untyped-def]
+    # A chunk's rows in float32, each times its per-sample weight (masked rows are already 0).
     x = tile.to(tl.float32)
     if HAS_W:
         x = x * w[:, None]
-    return tl.sum(x, axis=0)
+    return x
 
 
 @triton.jit
 def _pool(buf_ptr, idx_ptr, psw_ptr, base, start, end, dim, d, d_ok, HAS_W, BLOCK_N, PREFETCH):  # type: ignore[no-untyped-def]
-    # The float32 sum of one bag's (weighted) rows over the d-block ``d``.
-    acc = tl.zeros(d.shape, dtype=tl.float32)
+    # The float32 sum of one bag's (weighted) rows over the d-block ``d``. Chunks are added into
+    # a [BLOCK_N, BLOCK_D] accumulator and its rows summed once at the end: summing each chunk
+    # would cost a cross-warp reduction (shared memory and barriers) per chunk.
+    acc = tl.zeros((BLOCK_N, d.shape[0]), dtype=tl.float32)
     if PREFETCH == 0:
         for s in range(start, end, BLOCK_N):
             t, w = _gather(buf_ptr, idx_ptr, psw_ptr, base, s, end, dim, d, d_ok, HAS_W, BLOCK_N)
-            acc += _reduce(t, w, HAS_W)
+            acc += _weigh(t, w, HAS_W)
     else:
         # Register double-buffering: the loads of the next PREFETCH chunks are in flight while
-        # chunk s is summed; loads past ``end`` are masked off and move no bytes.
+        # chunk s is added; loads past ``end`` are masked off and move no bytes.
         t0, w0 = _gather(buf_ptr, idx_ptr, psw_ptr, base, start, end, dim, d, d_ok, HAS_W, BLOCK_N)
         t1, w1 = t0, w0
         if PREFETCH == 2:
@@ -80,13 +83,13 @@ def _pool(buf_ptr, idx_ptr, psw_ptr, base, start, end, dim, d, d_ok, HAS_W, BLOC
         for s in range(start, end, BLOCK_N):
             sn = s + PREFETCH * BLOCK_N
             tn, wn = _gather(buf_ptr, idx_ptr, psw_ptr, base, sn, end, dim, d, d_ok, HAS_W, BLOCK_N)
-            acc += _reduce(t0, w0, HAS_W)
+            acc += _weigh(t0, w0, HAS_W)
             if PREFETCH == 1:
                 t0, w0 = tn, wn
             else:
                 t0, w0 = t1, w1
                 t1, w1 = tn, wn
-    return acc
+    return tl.sum(acc, axis=0)
 
 
 @triton.jit  # type: ignore[untyped-decorator]
