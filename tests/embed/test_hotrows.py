@@ -40,8 +40,16 @@ def test_remap_is_exact_and_hot_rows_come_first(data: st.DataObject, rows: list[
         ids = lookup.indices[per_table[t] : per_table[t + 1]]
         got = remap.buffer[new.indices[per_table[t] : per_table[t + 1]]]
         assert torch.equal(got, tables.weights[t][ids])
-    # Hot rows, table by table and in the given order, fill the front of the buffer.
-    expected_front = torch.cat([tables.weights[t][h] for t, h in enumerate(hot)])
+    # Hot rows fill the front of the buffer by rank: every table's first, then every second...
+    expected_front = torch.cat(
+        [
+            tables.weights[t][hot[t][k]][None]
+            for k in range(max(h.numel() for h in hot))
+            for t in range(tables.num_tables)
+            if k < hot[t].numel()
+        ]
+        or [torch.empty(0, tables.dim)]
+    )
     assert torch.equal(remap.hot_region, expected_front)
     assert remap.hot_count == sum(h.numel() for h in hot)
     assert remap.hot_bytes == remap.hot_count * tables.dim * 4
@@ -62,6 +70,14 @@ def test_remap_is_exact_and_hot_rows_come_first(data: st.DataObject, rows: list[
 def test_bad_hot_rows_are_config_errors(hot: list[torch.Tensor], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         HotRowRemap(_tables([5]), hot)
+
+
+def test_a_prefix_of_the_hot_region_holds_every_tables_hottest_rows() -> None:
+    # What an L2 window smaller than the region pins: 3 rows of 3 tables' 2 hot rows each.
+    tables = _tables([6, 6, 6])
+    hot = [torch.tensor([5, 4]), torch.tensor([0, 1]), torch.tensor([3, 2])]
+    prefix = HotRowRemap(tables, hot).hot_region[:3]
+    assert torch.equal(prefix, torch.stack([tables.weights[t][h[0]] for t, h in enumerate(hot)]))
 
 
 def test_counter_finds_the_hottest_rows_most_first_and_decays() -> None:
@@ -95,8 +111,9 @@ def test_static_hot_rows_are_used_as_given() -> None:
     hot = (torch.tensor([5, 1]), torch.tensor([2]))
     kernel = KERNELS.create("combined", tables, hot_rows=hot, prefetch=2)
     assert isinstance(kernel, HotRowKernel)
-    assert torch.equal(kernel.remapper.hot_region[0], tables.weights[0][5])
-    assert torch.equal(kernel.remapper.hot_region[2], tables.weights[1][2])
+    region = kernel.remapper.hot_region  # by rank: table 0's 5, table 1's 2, table 0's 1
+    assert torch.equal(region, torch.stack([tables.weights[0][5], tables.weights[1][2],
+                                            tables.weights[0][1]]))  # fmt: skip
     lookup = make_lookup(tables, batch_size=2, pooling_factor=3, seed=4, weighted=True)
     ref = KERNELS.create("torch", tables)(lookup)
     torch.testing.assert_close(kernel(lookup), ref, rtol=1e-6, atol=1e-5)

@@ -47,7 +47,11 @@ def global_ids(lookup: Lookup, bases: torch.Tensor) -> torch.Tensor:
 
 class HotRowRemap:
     """The combined buffer with ``hot_rows`` (per table, most frequent first) moved to the front,
-    table 0's first, the other rows after them in their original order; exact by construction."""
+    the other rows after them in their original order; exact by construction.
+
+    The hot region interleaves the tables by rank (every table's hottest row, then every table's
+    second, ...), so any prefix of it, such as the part an L2 window smaller than the region
+    pins, holds each table's hottest rows rather than the first tables' whole hot sets."""
 
     def __init__(self, tables: Tables, hot_rows: Sequence[torch.Tensor]) -> None:
         if len(hot_rows) != tables.num_tables:
@@ -55,7 +59,11 @@ class HotRowRemap:
         self.tables = tables
         bases = table_bases(tables)
         total = sum(tables.rows)
-        hot = torch.cat([_checked(h, t, tables.rows[t]) + bases[t] for t, h in enumerate(hot_rows)])
+        per_table = [_checked(h, t, tables.rows[t]) + bases[t] for t, h in enumerate(hot_rows)]
+        t_count = tables.num_tables
+        rank_keys = [torch.arange(h.numel()) * t_count + t for t, h in enumerate(per_table)]
+        by_rank = torch.argsort(torch.cat(rank_keys), stable=True)
+        hot = torch.cat(per_table)[by_rank]
         is_hot = torch.zeros(total, dtype=torch.bool)
         is_hot[hot] = True
         order = torch.cat([hot, (~is_hot).nonzero().squeeze(1)])  # new position -> old row
