@@ -200,6 +200,23 @@ def test_pin_and_unpin_call_sequence() -> None:
     assert [c[0] for c in rt.calls] == ["window"]
 
 
+def test_device_limits_are_queried_once_per_runtime_and_device() -> None:
+    rt = _FakeRuntime(persisting=4096, window=8192)
+    queries: list[str] = []
+    real = rt.cudaDeviceGetAttribute
+
+    def counted(attr: str, device: int) -> tuple[int, int]:
+        queries.append(attr)
+        return real(attr, device)
+
+    rt.cudaDeviceGetAttribute = counted  # type: ignore[method-assign]
+    for _ in range(3):
+        l2pin.pin(rt, 7, 0x1000, 10_000, device=0)
+    assert len(queries) == 2  # the two limits, once
+    l2pin.pin(rt, 7, 0x1000, 10_000, device=1)
+    assert len(queries) == 4
+
+
 def test_pin_on_a_gpu_without_persisting_l2_sets_nothing() -> None:
     rt = _FakeRuntime(persisting=0, window=0)
     assert l2pin.pin(rt, 0, 0x1000, 100, device=1) == 0

@@ -8,6 +8,7 @@ manager kernels wrap around a launch, a no-op (``active`` stays False) for CPU t
 from __future__ import annotations
 
 import importlib
+import weakref
 from types import TracebackType
 from typing import Any
 
@@ -19,7 +20,11 @@ from recperf.core.errors import ConfigError, RecperfError
 _ATTR_PERSISTING_MAX = "cudaDevAttrMaxPersistingL2CacheSize"
 _ATTR_WINDOW_MAX = "cudaDevAttrMaxAccessPolicyWindowSize"
 # The persisting set-aside last set per (runtime, device), so a repeated pin does not re-set it.
-_LIMITS_SET: dict[tuple[int, int], int] = {}
+# Both keyed by the runtime module itself (weakly), then the device: an id() could be reused.
+_LIMITS_SET: weakref.WeakKeyDictionary[Any, dict[int, int]] = weakref.WeakKeyDictionary()
+_DEVICE_LIMITS: weakref.WeakKeyDictionary[Any, dict[int, tuple[int, int]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def window_bytes(hot_bytes: int, persisting_max: int, window_max: int) -> int:
@@ -50,7 +55,15 @@ def _check(result: Any, what: str) -> Any:
 
 
 def device_limits(rt: Any, device: int) -> tuple[int, int]:
-    """(max persisting L2 bytes, max access-policy window bytes) of ``device``; 0s before Ampere."""
+    """(max persisting L2 bytes, max access-policy window bytes) of ``device``; 0s before Ampere.
+    Queried once per (runtime, device): they are fixed, and pinning runs once per kernel call."""
+    known = _DEVICE_LIMITS.setdefault(rt, {})
+    if device not in known:
+        known[device] = _query_limits(rt, device)
+    return known[device]
+
+
+def _query_limits(rt: Any, device: int) -> tuple[int, int]:
     attrs = rt.cudaDeviceAttr
     persisting = _check(
         rt.cudaDeviceGetAttribute(getattr(attrs, _ATTR_PERSISTING_MAX), device), "query L2 size"
@@ -87,10 +100,11 @@ def pin(rt: Any, stream: int, ptr: int, hot_bytes: int, device: int) -> int:
     n = window_bytes(hot_bytes, *device_limits(rt, device))
     if n == 0:
         return 0
-    if _LIMITS_SET.get((id(rt), device)) != n:  # resizing the set-aside is not free: once
+    limits_set = _LIMITS_SET.setdefault(rt, {})
+    if limits_set.get(device) != n:  # resizing the set-aside is not free: once
         limit = rt.cudaLimit.cudaLimitPersistingL2CacheSize
         _check(rt.cudaDeviceSetLimit(limit, n), "cudaDeviceSetLimit")
-        _LIMITS_SET[(id(rt), device)] = n
+        limits_set[device] = n
     _set_window(rt, stream, ptr, n, "cudaAccessPropertyPersisting")
     return n
 
