@@ -263,3 +263,14 @@ def test_torch_hot_puts_the_given_hot_rows_first_and_stays_exact() -> None:
     )
     with pytest.raises(ConfigError, match=r"hot_rows: ids must lie in \[0, 3\)"):
         KERNELS.create("torch-hot", tables, hot_rows=(torch.tensor([0]), torch.tensor([3])))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", NAMES)
+def test_every_kernel_matches_the_reference_on_cuda(name: str) -> None:
+    """On a GPU, compiled (run with TRITON_INTERPRET=0: this directory's conftest defaults to
+    the interpreter), on the same random shapes as on the CPU, fp16 and weights included."""
+    if triton_tbe._JIT_INTERPRETED and name not in ("torch", "torch-hot"):
+        pytest.skip("Triton is interpreted here; run the GPU tests with TRITON_INTERPRET=0")
+    check_kernel(name, device="cuda")

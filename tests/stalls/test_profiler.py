@@ -92,3 +92,25 @@ def test_run_spec_round_trip_and_errors(tmp_path: Path) -> None:
         RunSpec(name="x", workload="mlp", ranks=2, nodes=2)
     with pytest.raises(ConfigError, match="data_dir"):
         RunSpec(name="x", workload="mlp", data="real")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_phases_on_a_gpu_are_timed_by_cuda_events() -> None:
+    """A phase whose kernel runs ~20 ms but returns to the host at once: a wall clock at the
+    phase's end would see microseconds, the CUDA-event clock sees the kernel."""
+    prof = Profiler(cuda=True)
+    x = torch.ones(1024, device="cuda")
+    cycles = int(torch.cuda.get_device_properties(0).clock_rate * 1e3 * 0.02)  # kHz -> 20 ms
+    for _ in prof.data(range(3)):
+        with prof.step():
+            with prof.phase("forward"):
+                torch.cuda._sleep(cycles)
+            with prof.phase("optimizer"):
+                x.mul_(1.0001)
+    assert prof.trace()["recperf"]["clock"] == "cuda-events"
+    for r in prof.records:
+        (fwd_name, fa, fb), (opt_name, oa, ob) = r.phases
+        assert (fwd_name, opt_name) == ("forward", "optimizer")
+        assert 0.01 <= fb - fa < 0.2
+        assert r.data_end <= fa <= fb <= oa <= ob <= r.end + 1e-4
