@@ -139,3 +139,7 @@ def test_loop_barriers_counts_only_barriers_inside_loops() -> None:
     assert loop_barriers(_PTX.replace("{BODY}", "add.f32 %r5, %r1, %r2;")) == 0
     assert loop_barriers(_PTX.replace("{BODY}", "bar.sync \t0;\n\tbar.sync \t0;")) == 2
     assert loop_barriers("no loops here\nbar.sync 0;") == 0
+    # A header LLVM left unmarked, and a forward branch that is no loop.
+    unmarked = "$L__BB0_2:    // %.lr.ph\n bar.sync 0;\n @%p20 bra \t$L__BB0_2;\n"
+    assert loop_barriers(unmarked) == 1
+    assert loop_barriers("@%p1 bra \t$L__BB0_9;\n bar.sync 0;\n$L__BB0_9:\n") == 0

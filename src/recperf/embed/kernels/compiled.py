@@ -145,20 +145,28 @@ class KernelResources:
 
 
 _VECTOR_LOAD = re.compile(r"\bld\.global(?:\.\w+)*\.v[248]\b")
-_LOOP_HEADER = re.compile(r"^(\$L__BB\w+):.*Loop Header", re.MULTILINE)
+_LABEL = re.compile(r"^\s*(\$L\w+):", re.MULTILINE)
+_BRANCH = re.compile(r"\bbra(?:\.uni)?\s+(\$L\w+);")
+_BARRIER = re.compile(r"\bbar(?:rier)?\.sync\b")
 
 
 def loop_barriers(ptx: str) -> int:
-    """``bar.sync`` instructions inside loop bodies: from each loop header (LLVM marks it) to the
-    last branch back to it. The gather loop should have none: a barrier there makes every warp of
-    the program wait for the slowest at every chunk."""
-    count = 0
-    for header in _LOOP_HEADER.finditer(ptx):
-        back = ptx.rfind(f"bra \t{header.group(1)};", header.end())
-        back = max(back, ptx.rfind(f"bra {header.group(1)};", header.end()))
-        if back > 0:
-            count += len(re.findall(r"\bbar(?:rier)?\.sync\b", ptx[header.end() : back]))
-    return count
+    """``bar.sync`` instructions inside loops: a loop spans from a label to a later branch back
+    to it (LLVM does not always mark the header). The gather loop should have none: a barrier
+    there makes every warp of the program wait for the slowest at every chunk."""
+    labels = {m.group(1): m.start() for m in _LABEL.finditer(ptx)}
+    spans = sorted(
+        (labels[m.group(1)], m.start())
+        for m in _BRANCH.finditer(ptx)
+        if labels.get(m.group(1), len(ptx)) < m.start()
+    )
+    merged: list[list[int]] = []
+    for a, b in spans:  # nested or overlapping loops count their barriers once
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return sum(len(_BARRIER.findall(ptx, a, b)) for a, b in merged)
 
 
 def _ptxas(cc: int) -> str:
