@@ -178,13 +178,13 @@ def compile_cmd(
 
     import torch
 
-    from recperf.core.errors import ConfigError, RecperfError
+    from recperf.core.errors import ConfigError
     from recperf.core.progress import progress_bar
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise ConfigError("TRITON_INTERPRET=1: compiling for a GPU needs the interpreter off")
+    from recperf.embed.kernels.compiled import ShapeCompileError, compile_tbe, configs
     from recperf.embed.kernels.compiled import arch as arch_limits
-    from recperf.embed.kernels.compiled import compile_tbe, configs
     from recperf.embed.kernels.triton_tbe import default_block_d
 
     dtypes = {"fp32": torch.float32, "fp16": torch.float16}
@@ -209,9 +209,7 @@ def compile_cmd(
                     dim=dim, batch=batch, tables=tables,
                 )  # fmt: skip
                 rows.append(res.to_json())
-            except RecperfError as exc:  # one shape that does not compile is a row, not the end
-                if "failed for sm_" not in str(exc):
-                    raise
+            except ShapeCompileError as exc:  # a shape that does not compile is a row
                 rows.append({**asdict(cfg), "error": str(exc)})
             bar((i + 1) / len(shapes))
     if json_out:

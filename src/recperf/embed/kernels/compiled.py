@@ -25,6 +25,11 @@ from recperf.core.errors import ConfigError, RecperfError
 from recperf.embed.kernels.base import Pooling
 from recperf.embed.kernels.triton_tbe import _JIT_INTERPRETED, TBEConfig, _tbe_kernel, kernel_args
 
+
+class ShapeCompileError(RecperfError):
+    """One launch shape did not compile (the kernel, the shape or the architecture's limits)."""
+
+
 RESERVED_SHARED = 1024
 """Shared memory the driver reserves per resident block on compute capability 8.0 and newer."""
 
@@ -253,7 +258,7 @@ def compile_tbe(
     try:
         kernel = triton.compile(source, target=target, options=options.__dict__)
     except Exception as exc:  # Triton's CompilationError, ptxas errors, out of resources
-        raise RecperfError(f"compile: {_shape(cfg)} failed for sm_{cc}: {_root(exc)}") from exc
+        raise ShapeCompileError(f"compile: {_shape(cfg)} failed for sm_{cc}: {_root(exc)}") from exc
     ptx: str = kernel.asm["ptx"]
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "tbe.ptx"

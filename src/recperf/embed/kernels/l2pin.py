@@ -84,8 +84,8 @@ def _set_window(rt: Any, stream: int, ptr: int, num_bytes: int, hit_prop: str) -
     window.hitProp = getattr(rt.cudaAccessProperty, hit_prop)
     window.missProp = rt.cudaAccessProperty.cudaAccessPropertyStreaming
     value.accessPolicyWindow = window
-    # CUDA 11 bindings name the attribute as a stream attribute; CUDA 12 and 13 bindings keep the
-    # stream-attribute enum but name its member as a launch attribute.
+    # Older bindings name the attribute cudaStreamAttributeAccessPolicyWindow; cuda-python 13
+    # keeps the cudaStreamAttrID enum but names that member as a launch attribute.
     ids = getattr(rt, "cudaStreamAttrID", None)
     names = ("cudaStreamAttributeAccessPolicyWindow", "cudaLaunchAttributeAccessPolicyWindow")
     attr = next((getattr(ids, n) for n in names if hasattr(ids, n)), None)
