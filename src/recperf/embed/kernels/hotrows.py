@@ -19,7 +19,7 @@ from recperf.embed.kernels.triton_tbe import (
     SPACE,
     TBEConfig,
     check_prefetch,
-    default_block_d,
+    launch_config,
     require_triton,
     tbe_forward,
 )
@@ -181,13 +181,7 @@ def _make(
     num_warps: int,
     bags_per_program: int,
 ) -> HotRowKernel:
-    cfg = TBEConfig(
-        block_d=block_d or default_block_d(tables.dim),
-        block_n=block_n,
-        num_warps=num_warps,
-        bags_per_program=bags_per_program,
-        prefetch=prefetch,
-    )
+    cfg = launch_config(tables, block_d, block_n, num_warps, bags_per_program, prefetch)
     return HotRowKernel(tables, name, cfg, hot_rows, hot_fraction, refresh)
 
 

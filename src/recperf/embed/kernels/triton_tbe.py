@@ -156,6 +156,24 @@ def default_block_d(dim: int) -> int:
     return next((b for b in _BLOCK_D if b >= min(dim, 128)), _BLOCK_D[-1])
 
 
+def launch_config(
+    tables: Tables,
+    block_d: int | None,
+    block_n: int,
+    num_warps: int,
+    bags_per_program: int,
+    prefetch: int = 0,
+) -> TBEConfig:
+    """The kernels' factories' TBEConfig; ``block_d`` None covers D (at most 128)."""
+    return TBEConfig(
+        block_d=block_d or default_block_d(tables.dim),
+        block_n=block_n,
+        num_warps=num_warps,
+        bags_per_program=bags_per_program,
+        prefetch=prefetch,
+    )
+
+
 def require_triton(device: torch.device) -> None:
     """Raise ConfigError unless Triton can run kernels on ``device`` in this process."""
     interpret = bool(triton.knobs.runtime.interpret)
@@ -254,12 +272,7 @@ def make_triton(
     bags_per_program: int = 1,
 ) -> TritonTBE:
     """The plain table-batched kernel; ``block_d`` defaults to cover D (at most 128)."""
-    cfg = TBEConfig(
-        block_d=block_d or default_block_d(tables.dim),
-        block_n=block_n,
-        num_warps=num_warps,
-        bags_per_program=bags_per_program,
-    )
+    cfg = launch_config(tables, block_d, block_n, num_warps, bags_per_program)
     return TritonTBE(tables, "triton", cfg)
 
 
@@ -275,11 +288,5 @@ def make_triton_prefetch(
 ) -> TritonTBE:
     """The table-batched kernel with ``prefetch`` (1 or 2) chunks loaded ahead."""
     check_prefetch(prefetch)
-    cfg = TBEConfig(
-        block_d=block_d or default_block_d(tables.dim),
-        block_n=block_n,
-        num_warps=num_warps,
-        bags_per_program=bags_per_program,
-        prefetch=prefetch,
-    )
+    cfg = launch_config(tables, block_d, block_n, num_warps, bags_per_program, prefetch)
     return TritonTBE(tables, "triton-prefetch", cfg)
