@@ -188,7 +188,7 @@ def _fake_gpu(cpu_runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_gpu_results_are_shown_escaped(quick: Quick) -> None:
-    _, _, (localities, cpu_runs, _, today) = quick
+    _, _, (localities, cpu_runs, _, today, _) = quick
     gpu = _fake_gpu(cpu_runs)
     section = es.section_from_results(localities, cpu_runs, gpu, today)
     gpu_ids = ["embed-gpu-ms", "embed-gpu-gbps", "embed-gpu-stages"]
@@ -213,3 +213,23 @@ def test_load_gpu_results_reads_a_file(tmp_path: Path) -> None:
     assert es.load_gpu_results(path) is None
     path.write_text(json.dumps({"device": "H200", "date": "2026-12-01", "runs": []}))
     assert es.load_gpu_results(path) == {"device": "H200", "date": "2026-12-01", "runs": []}
+
+
+def test_kernel_compiled_for_hopper_is_shown(quick: Quick) -> None:
+    section, _, args = quick
+    compiled = args[4]
+    assert compiled["arch"] == 90 and "error" not in compiled, compiled
+    shapes = compiled["shapes"]
+    assert [(s["block_n"], s["prefetch"]) for s in shapes] == [(16, 0), (16, 2)]
+    assert all(s["registers"] > 0 and s["loop_barriers"] == 0 for s in shapes)
+    assert section.data["compiled"] == compiled
+    assert "compiled for sm_90 (H100, H200) on this machine, no GPU needed" in section.html
+    cells = f"<td>16</td><td>4</td><td>2</td><td>{shapes[1]['registers']}</td>"
+    assert cells in section.html
+
+
+def test_compile_failure_is_one_escaped_line(quick: Quick) -> None:
+    _, _, (localities, cpu_runs, _, today, _) = quick
+    section = es.section_from_results(localities, cpu_runs, None, today, {"error": EVIL})
+    assert f"could not be compiled for sm_90: {EVIL_ESCAPED}" in section.html
+    assert EVIL not in section.html

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import html
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -50,6 +53,10 @@ STAGES = ("bottom_mlp", "embedding", "interaction", "top_mlp")
 LOCALITY_SHARE = 0.3
 """Share of the section's progress given to the locality statistics (the rest benchmarks)."""
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
+COMPILE_ARCH = 90
+COMPILE_GRID = {"block_n": "16,32,64", "num_warps": "4,8", "bags": "1", "prefetch": "0,1,2"}
+QUICK_COMPILE_GRID = {"block_n": "16", "num_warps": "4", "bags": "1", "prefetch": "0,2"}
+"""Launch shapes compiled for the section (D = 128, the paper configuration's)."""
 CPU_ONLY_NOTE = (
     "CPU figures: no GPU run recorded yet; the GPU benchmark is benchmarks/embed_gpu.py."
 )
@@ -77,7 +84,10 @@ def embed_section(*, quick: bool = False, progress: ProgressFn | None = None) ->
     localities = measure_locality(quick, lambda f: report(LOCALITY_SHARE * f))
     rest = 1.0 - LOCALITY_SHARE
     cpu = run_cpu_bench(quick, lambda f: report(LOCALITY_SHARE + rest * f))
-    section = section_from_results(localities, cpu, load_gpu_results(), date.today().isoformat())
+    compiled = compile_for_gpu(quick)
+    section = section_from_results(
+        localities, cpu, load_gpu_results(), date.today().isoformat(), compiled
+    )
     report(1.0)
     return section
 
@@ -133,6 +143,32 @@ def run_cpu_bench(quick: bool, progress: ProgressFn) -> list[dict[str, Any]]:
     return runs
 
 
+def compile_for_gpu(quick: bool) -> dict[str, Any]:
+    """``recperf embed compile --json`` for ``COMPILE_ARCH`` over the section's launch shapes, in
+    a subprocess with the Triton interpreter off (this process may have it on); on failure
+    ``{"error": why}``."""
+    grid = QUICK_COMPILE_GRID if quick else COMPILE_GRID
+    flags = [x for k, v in grid.items() for x in (f"--{k.replace('_', '-')}", v)]
+    cmd = [sys.executable, "-c", "from recperf.cli.main import main; main()", "embed", "compile"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    try:
+        run = subprocess.run(
+            [*cmd, "--arch", str(COMPILE_ARCH), *flags, "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": "recperf embed compile ran over 15 minutes"}
+    if not run.stdout.strip():  # exit 1 with JSON is a shape that failed: shown as a row
+        lines = run.stderr.strip().splitlines()
+        return {"error": lines[-1] if lines else f"recperf embed compile exited {run.returncode}"}
+    data: dict[str, Any] = json.loads(run.stdout)
+    return data
+
+
 def load_gpu_results(resource: Traversable | None = None) -> dict[str, Any] | None:
     """The bundled GPU benchmark's JSON (``GPU_RESULTS`` in the package), or None if absent."""
     path = resource or resources.files("recperf").joinpath(GPU_RESULTS)
@@ -150,15 +186,18 @@ def section_from_results(
     cpu_runs: Sequence[Mapping[str, Any]],
     gpu: Mapping[str, Any] | None,
     today: str,
+    compiled: Mapping[str, Any] | None = None,
 ) -> Section:
     """The section for measured localities, CPU bench results (``BenchResult`` JSON), the GPU
-    benchmark's JSON (or None) and the date of the CPU run."""
+    benchmark's JSON (or None), the date of the CPU run, and ``recperf embed compile``'s JSON
+    (or ``{"error": ...}``, or None to leave it out)."""
     device = str(cpu_runs[0]["device"]) if cpu_runs else "cpu"
     cpu_label = f"{device}, {today}"
     data = {
         "locality": [loc.to_json() for loc in localities],
         "cpu": {"date": today, "device": device, "runs": [dict(r) for r in cpu_runs]},
         "gpu": None if gpu is None else dict(gpu),
+        "compiled": None if compiled is None else dict(compiled),
     }
     body = (
         f"<p>{html.escape(_intro_text())}</p>"
@@ -170,6 +209,7 @@ def section_from_results(
         + f"<p>{html.escape(_cpu_text(cpu_label, gpu is None))}</p>"
         + _bench_html(f"{KEY}-cpu", cpu_runs, cpu_label, _cpu_note(gpu is None))
         + ("" if gpu is None else _gpu_html(gpu))
+        + ("" if compiled is None else _compiled_html(compiled))
     )
     jsonable: dict[str, Any] = json.loads(dumps_json(data))  # NaN and inf as null
     return Section(title=TITLE, key=KEY, html=body, data=jsonable)
@@ -270,6 +310,43 @@ def _gpu_html(gpu: Mapping[str, Any]) -> str:
         text += f" Traces skipped: {'; '.join(skipped)}."
     note = f"GPU figures recorded on {label} by benchmarks/embed_gpu.py."
     return f"<p>{html.escape(text)}</p>" + _bench_html(f"{KEY}-gpu", runs, label, note)
+
+
+def _compiled_html(compiled: Mapping[str, Any]) -> str:
+    if "error" in compiled:
+        why = f"The Triton kernel could not be compiled for sm_{COMPILE_ARCH}: {compiled['error']}"
+        return f"<p>{html.escape(why)}</p>"
+    arch, gpus = compiled.get("arch", COMPILE_ARCH), compiled.get("gpus", "")
+    text = (
+        f"The table-batched Triton kernel compiled for sm_{arch} ({gpus}) on this machine, no GPU "
+        f"needed (recperf embed compile): what each launch shape costs a multiprocessor. Not "
+        f"timings: deeper prefetching and bigger chunks hold more registers and leave fewer "
+        f"resident warps; the autotuner weighs that on the device."
+    )
+    header = ["block_n", "warps", "prefetch", "registers", "spilled bytes", "barriers in loop",
+              "occupancy", "limited by"]  # fmt: skip
+    rows = [
+        [s["block_n"], s["num_warps"], s["prefetch"], "", "", "", "", s["error"]]
+        if "error" in s
+        else [
+            s["block_n"],
+            s["num_warps"],
+            s["prefetch"],
+            s["registers"],
+            s["spill_bytes"],
+            s["loop_barriers"],
+            _pct(float(s["occupancy"])),
+            s["limiter"],
+        ]
+        for s in compiled.get("shapes", [])
+    ]
+    block_d = {s.get("block_d") for s in compiled.get("shapes", [])}
+    caption = (
+        f"Launch shapes (block_d {', '.join(map(str, sorted(block_d)))}, fp32, one bag per "
+        f"program) compiled for sm_{arch}: registers per thread, spills, barriers inside the "
+        f"gather loop, and theoretical occupancy."
+    )
+    return f"<p>{html.escape(text)}</p>" + table_html(header, rows, caption=caption, left_cols=0)
 
 
 # -- figures ----------------------------------------------------------------------------------
