@@ -22,12 +22,12 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from recperf.ingest import api
-from recperf.ingest import stages as st
-from recperf.ingest.batch import PipelineConfig
-from recperf.ingest.criteo import GenerateConfig, generate
-from recperf.ingest.executor import Pipeline
-from recperf.ingest.live import LiveTarget
-from recperf.ingest.sim import Allocation
+from recperf.ingest.base import Allocation
+from recperf.ingest.data import stages as st
+from recperf.ingest.data.criteo import GenerateConfig, generate
+from recperf.ingest.live.batch import PipelineConfig
+from recperf.ingest.live.executor import Pipeline
+from recperf.ingest.live.target import LiveTarget
 
 TUNERS = ("static", "autotune", "plumber", "intune", "oracle")
 

@@ -15,7 +15,7 @@ import statistics
 import time
 from typing import Any
 
-from recperf.ingest.sim import BUNDLED
+from recperf.ingest.sim.model import BUNDLED
 from recperf.ingest.tuning import simulate
 
 TUNER_NAMES = ("static", "autotune", "plumber", "intune", "oracle")

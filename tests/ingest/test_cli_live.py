@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recperf.cli.main import app
-from recperf.ingest.criteo import GenerateConfig, generate
+from recperf.ingest.data.criteo import GenerateConfig, generate
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recperf.cli.main import app
-from recperf.ingest import sim
+from recperf.ingest.sim import model as sim
 from recperf.ingest.tuners import dqn
 
 runner = CliRunner()

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from recperf.cli.main import app
 from recperf.core.errors import ConfigError, TraceFormatError
-from recperf.ingest.criteo import (
+from recperf.ingest.data.criteo import (
     CARDINALITIES,
     CAT_FEATURES,
     COLUMNS,

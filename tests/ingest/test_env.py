@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from recperf.ingest import env as ienv
-from recperf.ingest.sim import lp_bound
-from recperf.ingest.sim import oracle as sim_oracle
+from recperf.ingest.sim import env as ienv
+from recperf.ingest.sim.model import lp_bound
+from recperf.ingest.sim.model import oracle as sim_oracle
 
 
 @pytest.mark.parametrize("spec", [None, "criteo-16", "udf-64", "membound-128"])

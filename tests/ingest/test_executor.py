@@ -13,16 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st_h
 
 from recperf.core.errors import ConfigError, TraceFormatError
-from recperf.ingest import stages as st
-from recperf.ingest.batch import Batch, PipelineConfig
-from recperf.ingest.criteo import GenerateConfig, generate, read_table
-from recperf.ingest.executor import Pipeline, even_split
-from recperf.ingest.sim import Allocation
-from recperf.ingest.tuners.base import AllocationRefused
+from recperf.ingest.base import Allocation, AllocationRefused
+from recperf.ingest.data import stages as st
+from recperf.ingest.data.criteo import GenerateConfig, generate, read_table
+from recperf.ingest.live import items
+from recperf.ingest.live.batch import Batch, PipelineConfig
+from recperf.ingest.live.executor import Pipeline
 
 ROWS = 12_000
 
@@ -247,7 +245,7 @@ def test_metrics_and_cleanup(parquet_dir: Path) -> None:
         assert y.rows > x.rows and y.cpu_s > x.cpu_s
         assert 0 <= y.busy_s - x.busy_s <= (y.worker_s - x.worker_s) * 1.05 + 0.05
         assert y.memory_bytes > 0
-    assert not list(st.SHM_DIR.glob(f"{prefix}-*"))
+    assert not list(items.SHM_DIR.glob(f"{prefix}-*"))
 
 
 def test_bad_config_is_one_clear_error(parquet_dir: Path) -> None:
@@ -259,27 +257,6 @@ def test_bad_config_is_one_clear_error(parquet_dir: Path) -> None:
         Pipeline(parquet_dir / "missing", PipelineConfig())
 
 
-def test_even_split() -> None:
-    assert even_split(5, 2).workers == (1, 1, 1, 1, 1)
-    assert even_split(3, 8).workers == (3, 3, 2)
-
-
-@settings(
-    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    events=st_h.lists(
-        st_h.one_of(
-            st_h.tuples(
-                st_h.just("resize"), st_h.lists(st_h.integers(1, 3), min_size=5, max_size=5)
-            ),
-            st_h.tuples(st_h.just("kill"), st_h.integers(0, 99)),
-        ),
-        max_size=8,
-    ),
-    window=st_h.integers(0, 5),
-    batch=st_h.integers(300, 2000),
-)
 def test_no_row_lost_or_duplicated_under_any_resize_and_kill_schedule(
     parquet_dir: Path, events: list[tuple[str, object]], window: int, batch: int
 ) -> None:
@@ -345,10 +322,10 @@ def test_read_workers_overlap_their_storage_latency(parquet_dir: Path) -> None:
 
 
 def test_stale_item_files_of_dead_processes_are_swept() -> None:
-    from recperf.ingest.executor import sweep_stale_items
+    from recperf.ingest.live.executor import sweep_stale_items
 
-    dead = st.SHM_DIR / "rp999999999x0-1-2-0-0"
-    mine = st.SHM_DIR / f"rp{os.getpid()}x999-1-2-0-0"
+    dead = items.SHM_DIR / "rp999999999x0-1-2-0-0"
+    mine = items.SHM_DIR / f"rp{os.getpid()}x999-1-2-0-0"
     dead.write_bytes(b"x")
     mine.write_bytes(b"x")
     try:

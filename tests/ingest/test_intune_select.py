@@ -6,10 +6,11 @@ import dataclasses
 
 import pytest
 
-from recperf.ingest import env as ienv
-from recperf.ingest.sim import Allocation, load_spec
-from recperf.ingest.sim_target import SimTarget
-from recperf.ingest.tuners.base import Measurement, TuneLog
+from recperf.ingest.base import Allocation, Measurement
+from recperf.ingest.sim import env as ienv
+from recperf.ingest.sim.model import load_spec
+from recperf.ingest.sim.target import SimTarget
+from recperf.ingest.tuners.base import TuneLog
 from recperf.ingest.tuners.intune import ranked, scores
 
 ORACLE = Allocation(workers=(17, 7, 25, 2, 4, 9))  # sim.oracle of criteo-16, 0.9875 of bound

@@ -11,18 +11,18 @@ import pytest
 
 from recperf.core.errors import ConfigError
 from recperf.ingest import api
-from recperf.ingest.batch import PipelineConfig
-from recperf.ingest.criteo import GenerateConfig, generate
-from recperf.ingest.executor import Pipeline
-from recperf.ingest.live import (
+from recperf.ingest.base import Allocation, AllocationRefused, Target
+from recperf.ingest.data.criteo import GenerateConfig, generate
+from recperf.ingest.live.batch import PipelineConfig
+from recperf.ingest.live.executor import Pipeline
+from recperf.ingest.live.target import (
     LiveTarget,
     calibrate,
     read_allocation,
     spec_toml,
     write_allocation,
 )
-from recperf.ingest.sim import Allocation, lp_bound, spec_from_mapping
-from recperf.ingest.tuners.base import AllocationRefused, Target
+from recperf.ingest.sim.model import lp_bound, spec_from_mapping
 
 STAGES = ("read", "dense", "sparse", "shuffle", "collate")
 

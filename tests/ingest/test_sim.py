@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recperf.core.errors import ConfigError
-from recperf.ingest.sim import (
+from recperf.ingest.base import Allocation
+from recperf.ingest.sim.model import (
     BUNDLED,
-    Allocation,
     PipelineSpec,
     StageSpec,
     even,

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from recperf.ingest.sim import Allocation, PipelineSpec, StageSpec, load_spec
-from recperf.ingest.sim_target import QUEUE_FULL, SimTarget
-from recperf.ingest.tuners.base import AllocationRefused, Target
+from recperf.ingest.base import Allocation, AllocationRefused, Target
+from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec
+from recperf.ingest.sim.target import QUEUE_FULL, SimTarget
 
 
 def chain(cores: int = 4, budget: float = 1.0) -> PipelineSpec:

@@ -6,15 +6,16 @@ import pytest
 
 import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import ConfigError, RegistryError
-from recperf.ingest import sim
-from recperf.ingest.sim import Allocation, PipelineSpec, StageSpec, load_spec
-from recperf.ingest.sim_target import SimTarget
+from recperf.ingest.base import Allocation, even_split
+from recperf.ingest.sim import model as sim
+from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec
+from recperf.ingest.sim.target import SimTarget
 from recperf.ingest.tuners.autotune import Autotune, hill_climb
 from recperf.ingest.tuners.base import TUNERS, TuneResult, check_tuner
 from recperf.ingest.tuners.intune import Intune, IntuneConfig
 from recperf.ingest.tuners.oracle import Oracle, OracleConfig
 from recperf.ingest.tuners.plumber import Plumber
-from recperf.ingest.tuners.static import Static, even_split
+from recperf.ingest.tuners.static import Static
 
 ALL = ("autotune", "intune", "oracle", "plumber", "static")
 

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recperf.core.errors import ConfigError
-from recperf.ingest import stages
-from recperf.ingest.batch import Batch
-from recperf.ingest.criteo import CARDINALITIES, GenerateConfig, generate, read_table
+from recperf.ingest.data import stages
+from recperf.ingest.data.criteo import CARDINALITIES, GenerateConfig, generate, read_table
+from recperf.ingest.live.batch import Batch
 from recperf.models.dlrm import DLRM, DLRMConfig, TorchEmbeddingBags, dot_interaction
 
 

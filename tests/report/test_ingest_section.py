@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from recperf.ingest import sim
+from recperf.ingest.sim import model as sim
 from recperf.ingest.tuning import simulate
 from recperf.report import ingest_section as ing
 from recperf.report.builder import SECTIONS

@@ -12,8 +12,8 @@ from rich.table import Table
 from recperf.cli.common import err_console, one_line_errors
 from recperf.core.progress import progress_bar
 from recperf.core.results import dumps_json
-from recperf.ingest.batch import PipelineConfig
-from recperf.ingest.criteo import FORMATS, GenerateConfig, generate
+from recperf.ingest.data.criteo import FORMATS, GenerateConfig, generate
+from recperf.ingest.live.batch import PipelineConfig
 
 app = typer.Typer(
     help="DLRM training-data ingestion: data, the live pipeline, tuners.", no_args_is_help=True
@@ -197,7 +197,7 @@ def tune_cmd(
 ) -> None:
     """Tune the live pipeline's workers per stage; write the allocation `run --alloc` reads."""
     from recperf.ingest import api
-    from recperf.ingest.tuners.base import Measurement
+    from recperf.ingest.base import Measurement
 
     cfg = _pipeline_config(
         batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed,

@@ -12,11 +12,11 @@ __all__ = ["Batch", "Pipeline", "PipelineConfig"]
 
 def __getattr__(name: str) -> Any:
     if name == "Pipeline":
-        from recperf.ingest.executor import Pipeline
+        from recperf.ingest.live.executor import Pipeline
 
         return Pipeline
     if name in ("PipelineConfig", "Batch"):
-        from recperf.ingest import batch
+        from recperf.ingest.live import batch
 
         return getattr(batch, name)
     raise AttributeError(f"module 'recperf.ingest' has no attribute {name!r}")

@@ -13,9 +13,10 @@ from typing import Any
 import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
-from recperf.ingest.batch import PipelineConfig
-from recperf.ingest.executor import Pipeline
-from recperf.ingest.live import (
+from recperf.ingest.base import Allocation, Measurement
+from recperf.ingest.live.batch import PipelineConfig
+from recperf.ingest.live.executor import Pipeline
+from recperf.ingest.live.target import (
     LiveTarget,
     calibrate,
     read_allocation,
@@ -23,8 +24,8 @@ from recperf.ingest.live import (
     window_measurement,
     write_allocation,
 )
-from recperf.ingest.sim import Allocation, lp_bound
-from recperf.ingest.tuners.base import TUNERS, Measurement, check_tuner
+from recperf.ingest.sim.model import lp_bound
+from recperf.ingest.tuners.base import TUNERS, check_tuner
 
 Progress = Callable[[float], None]
 

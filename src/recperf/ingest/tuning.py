@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import recperf.ingest.tuners  # noqa: F401 - registers every tuner
-from recperf.ingest import sim
-from recperf.ingest.sim_target import SimTarget
+from recperf.ingest.sim import model as sim
+from recperf.ingest.sim.target import SimTarget
 from recperf.ingest.tuners.base import TUNERS, check_tuner
 
 

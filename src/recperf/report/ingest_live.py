@@ -19,8 +19,8 @@ import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.ingest import api
-from recperf.ingest.batch import PipelineConfig
-from recperf.ingest.criteo import GenerateConfig, generate
+from recperf.ingest.data.criteo import GenerateConfig, generate
+from recperf.ingest.live.batch import PipelineConfig
 from recperf.report.cluster_section import LAYOUT, plot_title
 from recperf.report.section import figure_html, fmt_num, table_html
 

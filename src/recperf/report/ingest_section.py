@@ -18,8 +18,8 @@ from plotly.subplots import make_subplots
 import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
-from recperf.ingest import sim
-from recperf.ingest.sim_target import SimTarget
+from recperf.ingest.sim import model as sim
+from recperf.ingest.sim.target import SimTarget
 from recperf.ingest.tuners.base import TUNERS, TuneResult, check_tuner
 from recperf.report.cluster_section import LAYOUT, plot_title
 from recperf.report.ingest_live import (

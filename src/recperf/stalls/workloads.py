@@ -97,7 +97,7 @@ class DlrmWorkload:
         return _cycle(batches)
 
     def prepare_data(self, data_dir: Path, spec: DataSpec) -> list[Path]:
-        from recperf.ingest.criteo import GenerateConfig, generate
+        from recperf.ingest.data.criteo import GenerateConfig, generate
 
         out = data_dir / "criteo"
         config = GenerateConfig(

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recperf.core.config import check_range
-from recperf.ingest.sim import Allocation
-from recperf.ingest.tuners.base import TUNERS, Target, TuneLog, TuneResult, check_window
+from recperf.ingest.base import Allocation, Target
+from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import measured_costs
 
 

@@ -6,72 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from recperf.core.errors import ConfigError, ContractError
 from recperf.core.registry import Registry
-from recperf.ingest.sim import Allocation
-
-
-class AllocationRefused(ConfigError):
-    """The target refused an allocation (over its memory budget, a stage under 1 worker or over
-    its cap). Tuners catch it and try another allocation; nothing was changed."""
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class Measurement:
-    """What one measurement window of an allocation saw, per stage in pipeline order."""
-
-    allocation: Allocation
-    """The allocation that ran during the window."""
-    throughput_rows_per_s: float
-    """Rows/s leaving the last stage."""
-    stage_rows_per_s: tuple[float, ...]
-    """Rows/s each stage finished."""
-    busy_frac: tuple[float, ...]
-    """Fraction of its workers' wall time each stage spent working (0..1)."""
-    queue_fill: tuple[float, ...]
-    """Mean fill (0..1) of each stage's input queue; 0 for the first stage."""
-    cpu_s: tuple[float, ...]
-    """CPU seconds each stage's workers used in the window."""
-    cost_us_per_row: tuple[float, ...]
-    """Measured CPU microseconds per row of each stage (its cpu_s / rows); NaN if no rows."""
-    memory_bytes: float
-    """Memory of the workers plus buffers during the window."""
-    window_s: float
-    """Length of the window, seconds (simulated seconds on the simulator)."""
-
-
-@runtime_checkable
-class Target(Protocol):
-    """A pipeline a tuner may reconfigure and measure: the simulator or the live pipeline."""
-
-    @property
-    def stage_names(self) -> tuple[str, ...]: ...
-
-    @property
-    def cores(self) -> int: ...
-
-    @property
-    def max_workers(self) -> tuple[int | None, ...]:
-        """Per-stage worker cap (None: no cap)."""
-        ...
-
-    @property
-    def memory_budget_bytes(self) -> float: ...
-
-    def memory_bytes(self, alloc: Allocation) -> float:
-        """Predicted memory (workers + buffers) of ``alloc``, bytes."""
-        ...
-
-    def measure(self, alloc: Allocation, window_s: float) -> Measurement:
-        """Apply ``alloc`` (raise AllocationRefused, changing nothing, if it cannot run) and
-        return what a window of ``window_s`` seconds saw."""
-        ...
-
-    def elapsed_s(self) -> float:
-        """Seconds of tuning spent so far on this target (simulated on the simulator)."""
-        ...
+from recperf.ingest.base import Allocation, AllocationRefused, Measurement, Target
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

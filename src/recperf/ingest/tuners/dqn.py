@@ -17,7 +17,7 @@ from torch import nn
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.ingest import env as ienv
+from recperf.ingest.sim import env as ienv
 
 HIDDEN = 32
 

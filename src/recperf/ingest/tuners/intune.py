@@ -17,19 +17,11 @@ import torch
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.ingest import env as ienv
-from recperf.ingest.sim import Allocation
+from recperf.ingest.base import Allocation, Measurement, Target, even_split
+from recperf.ingest.sim import env as ienv
 from recperf.ingest.tuners import dqn
-from recperf.ingest.tuners.base import (
-    TUNERS,
-    Measurement,
-    Target,
-    TuneLog,
-    TuneResult,
-    check_window,
-)
+from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import measured_costs
-from recperf.ingest.tuners.static import even_split
 
 BUNDLED_WEIGHTS = "data/ingest/intune-dqn.pt"
 _CACHE: dict[str, dqn.QNet] = {}

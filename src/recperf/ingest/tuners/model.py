@@ -7,8 +7,9 @@ import math
 from collections.abc import Sequence
 
 from recperf.core.errors import ConfigError
-from recperf.ingest.sim import MIB, PipelineSpec, StageSpec
-from recperf.ingest.tuners.base import Measurement, Target, unit_memory
+from recperf.ingest.base import Measurement, Target
+from recperf.ingest.sim.model import MIB, PipelineSpec, StageSpec
+from recperf.ingest.tuners.base import unit_memory
 
 
 def measured_costs(ms: Sequence[Measurement], prior: Sequence[float] | None = None) -> list[float]:

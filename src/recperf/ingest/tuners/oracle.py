@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.ingest import sim
-from recperf.ingest.sim import Allocation
-from recperf.ingest.tuners.base import TUNERS, Target, TuneLog, TuneResult, check_window
+from recperf.ingest.base import Allocation, Target
+from recperf.ingest.sim import model as sim
+from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

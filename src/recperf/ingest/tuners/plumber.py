@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recperf.core.config import check_range
-from recperf.ingest import sim
-from recperf.ingest.tuners.base import TUNERS, Target, TuneLog, TuneResult, check_window
+from recperf.ingest.base import Allocation, Target, even_split
+from recperf.ingest.sim import model as sim
+from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import measured_costs, model_spec
-from recperf.ingest.tuners.static import even_split
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -39,7 +39,7 @@ class Plumber:
     def __init__(self, config: PlumberConfig | None = None) -> None:
         self.config = config or PlumberConfig()
 
-    def _solve(self, target: Target, costs: list[float]) -> sim.Allocation:
+    def _solve(self, target: Target, costs: list[float]) -> Allocation:
         spec = model_spec(target, costs, name="plumber")
         # The LP's optimum (sim.lp_bound) rounded the exact way: the least integer workers that
         # reach each candidate rate, best feasible one kept (sim.oracle on the measured model).

@@ -5,35 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from recperf.core.config import check_range
-from recperf.core.errors import ConfigError
-from recperf.ingest.sim import Allocation
-from recperf.ingest.tuners.base import TUNERS, Target, TuneLog, TuneResult, check_window
-
-
-def even_split(target: Target) -> Allocation:
-    """One worker per stage, then the rest of the cores dealt round-robin, skipping stages at
-    their cap or whose next worker would go over the memory budget (sim.even for a Target)."""
-    n = len(target.stage_names)
-    w = [1] * n
-    if target.memory_bytes(Allocation(workers=tuple(w))) > target.memory_budget_bytes:
-        raise ConfigError("even split: one worker per stage is already over the memory budget")
-    left = target.cores - n
-    while left > 0:
-        gave = False
-        for i, cap in enumerate(target.max_workers):
-            if left == 0:
-                break
-            if cap is not None and w[i] >= cap:
-                continue
-            w[i] += 1
-            if target.memory_bytes(Allocation(workers=tuple(w))) > target.memory_budget_bytes:
-                w[i] -= 1
-                continue
-            left -= 1
-            gave = True
-        if not gave:
-            break
-    return Allocation(workers=tuple(w))
+from recperf.ingest.base import Target, even_split
+from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from recperf.core.errors import ConfigError
-from recperf.ingest.batch import PipelineConfig
-from recperf.ingest.stages import Split, plan_splits
+from recperf.ingest.data.stages import Split, plan_splits
+from recperf.ingest.live.batch import PipelineConfig
 
 
 @dataclass(slots=True, frozen=True)

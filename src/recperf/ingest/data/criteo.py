@@ -213,7 +213,7 @@ def manifest_base(config: GenerateConfig) -> dict[str, Any]:
         "schema": [{"name": f.name, "type": str(f.type)} for f in SCHEMA],
         "cardinalities": dict(zip(CAT_FEATURES, CARDINALITIES, strict=True)),
         "missing_rates": {n: rate for names, rate in MISSING_GROUPS for n in names},
-        "generator": "recperf.ingest.criteo",
+        "generator": "recperf.ingest.data.criteo",
     }
 
 

@@ -12,12 +12,12 @@ from pathlib import Path
 from recperf.core.config import check_range, load_toml
 from recperf.core.errors import ConfigError
 from recperf.core.results import atomic_path
-from recperf.ingest.batch import Snapshot, rate
-from recperf.ingest.executor import Pipeline
-from recperf.ingest.executor_dispatch import MIB
-from recperf.ingest.sim import Allocation, PipelineSpec, StageSpec
-from recperf.ingest.stages import ITEM_BYTES_PER_ROW
-from recperf.ingest.tuners.base import AllocationRefused, Measurement
+from recperf.ingest.base import Allocation, AllocationRefused, Measurement
+from recperf.ingest.live.batch import Snapshot, rate
+from recperf.ingest.live.dispatch import MIB
+from recperf.ingest.live.executor import Pipeline
+from recperf.ingest.live.items import ITEM_BYTES_PER_ROW
+from recperf.ingest.sim.model import PipelineSpec, StageSpec
 
 
 def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measurement:

@@ -11,7 +11,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from recperf.core.errors import RecperfError, TraceFormatError
-from recperf.ingest import stages as st
+from recperf.ingest.data import stages as st
+from recperf.ingest.live import items
 
 
 @dataclass(slots=True, frozen=True)
@@ -48,7 +49,7 @@ def run_task(work: StageWork, msg: TaskMsg, reader: st.SplitReader) -> list[st.C
                 time.sleep(work.read_latency_s)  # one request to remote storage per split
             out.append(st.decode(reader.read(split), split.first_row))
         return out
-    cols = [st.read_item(ref) for ref in msg.inputs]
+    cols = [items.read_item(ref) for ref in msg.inputs]
     if work.stage == "shuffle":
         return st.shuffle(cols, work.seed, msg.window)
     (one,) = cols
@@ -78,7 +79,7 @@ def worker_main(work: StageWork, conn: Connection) -> None:
         try:
             outs = run_task(work, msg, reader)
             refs = [
-                st.write_item(
+                items.write_item(
                     f"{msg.out_prefix}-{k}", o, msg.reuse[k] if k < len(msg.reuse) else None
                 )
                 for k, o in enumerate(outs)

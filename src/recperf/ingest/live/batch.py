@@ -12,7 +12,7 @@ import torch
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.ingest.criteo import CAT_FEATURES
+from recperf.ingest.data.criteo import CAT_FEATURES
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

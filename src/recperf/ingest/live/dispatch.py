@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from recperf.ingest import stages as st
-from recperf.ingest.batch import PipelineConfig, Snapshot, StageCounters
-from recperf.ingest.executor_plan import Plan, ReadTask
-from recperf.ingest.sim import Allocation
-from recperf.ingest.workers import TaskMsg
+from recperf.ingest.base import Allocation
+from recperf.ingest.live import items
+from recperf.ingest.live.batch import PipelineConfig, Snapshot, StageCounters
+from recperf.ingest.live.plan import Plan, ReadTask
+from recperf.ingest.live.workers import TaskMsg
 
 MIB = 2**20
 
@@ -74,7 +74,7 @@ class Dispatcher:
     stage_names: tuple[str, ...]
     _lock: threading.Condition
     _workers: list[WorkerProc]
-    _bufs: list[dict[int, st.ItemRef]]
+    _bufs: list[dict[int, items.ItemRef]]
     _caps: list[int]
     _ready_read: list[tuple[int, int, Task]]
     _task_ids: Iterator[int]
@@ -224,14 +224,14 @@ def sweep_stale_items() -> int:
     """Delete item files left in SHM_DIR by pipelines whose process is gone (killed before it
     could clean up); returns how many."""
     removed = 0
-    for path in st.SHM_DIR.glob("rp*x*-*"):
+    for path in items.SHM_DIR.glob("rp*x*-*"):
         pid = path.name[2:].split("x", 1)[0]
         if not pid.isdigit():
             continue
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            st.unlink_quietly(str(path))
+            items.unlink_quietly(str(path))
             removed += 1
         except PermissionError:
             pass  # another user's live process

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import ConfigError, RecperfError, TraceFormatError
-from recperf.ingest import stages as st
-from recperf.ingest.batch import Batch, PipelineConfig
-from recperf.ingest.executor_dispatch import (
+from recperf.ingest.base import Allocation, AllocationRefused
+from recperf.ingest.live import items
+from recperf.ingest.live.batch import Batch, PipelineConfig
+from recperf.ingest.live.dispatch import (
     MIB,
     Dispatcher,
     StageStats,
@@ -34,10 +35,8 @@ from recperf.ingest.executor_dispatch import (
     even_split,
     sweep_stale_items,
 )
-from recperf.ingest.executor_plan import Plan
-from recperf.ingest.sim import Allocation
-from recperf.ingest.tuners.base import AllocationRefused
-from recperf.ingest.workers import StageWork, TaskMsg, worker_main
+from recperf.ingest.live.plan import Plan
+from recperf.ingest.live.workers import StageWork, TaskMsg, worker_main
 
 __all__ = ["Pipeline", "even_split", "sweep_stale_items"]
 _RUN_IDS = itertools.count()
@@ -64,7 +63,7 @@ class Pipeline(Dispatcher):
         self._target = self._check(self._resolve(allocation))
         self._lock = threading.Condition()
         self._workers: list[WorkerProc] = []
-        self._bufs: list[dict[int, st.ItemRef]] = [{} for _ in range(len(self.stage_names) + 1)]
+        self._bufs: list[dict[int, items.ItemRef]] = [{} for _ in range(len(self.stage_names) + 1)]
         self._ready_read: list[tuple[int, int, Task]] = []  # heap of (first seq, id, task)
         self._stats = [StageStats() for _ in self.stage_names]
         self._task_ids = itertools.count()
@@ -113,17 +112,17 @@ class Pipeline(Dispatcher):
         buffer full and a head window of slack per stage, the items each worker may hold (a
         read task's outputs, a shuffle window in and out, else one in and one out) and the pool
         of spent files."""
-        item = self.config.batch_size * st.ITEM_BYTES_PER_ROW
+        item = self.config.batch_size * items.ITEM_BYTES_PER_ROW
         k = max(1, self.config.shuffle_window)
         per_worker = {"read": self.plan.read_task_splits, "shuffle": 2 * k}
         in_flight = sum(
             w * per_worker.get(name, 2)
             for name, w in zip(self.stage_names, alloc.workers, strict=True)
         )
-        items = sum(self._caps[1:]) + k * len(self.stage_names) + in_flight  # + head window
-        items += self._pool_cap
+        n_items = sum(self._caps[1:]) + k * len(self.stage_names) + in_flight  # + head window
+        n_items += self._pool_cap
         workers = sum(w * m for w, m in zip(alloc.workers, self._est_mib, strict=True))
-        return workers * MIB + items * item
+        return workers * MIB + n_items * item
 
     def _check(self, alloc: Allocation) -> Allocation:
         n = len(self.stage_names)
@@ -198,8 +197,8 @@ class Pipeline(Dispatcher):
                 w.proc.join(timeout=2)
             w.conn.close()
         self._workers.clear()
-        for path in st.SHM_DIR.glob(f"{self._prefix}-*"):
-            st.unlink_quietly(str(path))
+        for path in items.SHM_DIR.glob(f"{self._prefix}-*"):
+            items.unlink_quietly(str(path))
 
     def __enter__(self) -> Pipeline:
         return self.start()
@@ -262,8 +261,8 @@ class Pipeline(Dispatcher):
             self._spawn(w.stage)
 
     def _requeue(self, task: Task) -> None:
-        for path in st.SHM_DIR.glob(f"{Path(self._out_prefix(task)).name}-*"):
-            st.unlink_quietly(str(path))
+        for path in items.SHM_DIR.glob(f"{Path(self._out_prefix(task)).name}-*"):
+            items.unlink_quietly(str(path))
         self._take_back(task)
         task.attempt += 1
         if task.stage == 0:
@@ -279,13 +278,13 @@ class Pipeline(Dispatcher):
                 self._free.append((path, size))
         task.lent = ()
 
-    def _spend(self, ref: st.ItemRef) -> None:
+    def _spend(self, ref: items.ItemRef) -> None:
         """A consumed item's file joins the pool of files outputs are written into."""
         self._shm_bytes -= ref.nbytes
         if len(self._free) >= self._pool_cap:
-            st.unlink_quietly(ref.path)
+            items.unlink_quietly(ref.path)
             return
-        path = str(st.SHM_DIR / f"{self._prefix}-free-{next(self._free_ids)}")
+        path = str(items.SHM_DIR / f"{self._prefix}-free-{next(self._free_ids)}")
         try:
             os.rename(ref.path, path)
             size = os.stat(path).st_size  # a reused file may be larger than its last item
@@ -294,7 +293,7 @@ class Pipeline(Dispatcher):
         self._free.append((path, size))
 
     def _out_prefix(self, task: Task) -> str:
-        return str(st.SHM_DIR / f"{self._prefix}-{task.stage}-{task.task_id}-{task.attempt}")
+        return str(items.SHM_DIR / f"{self._prefix}-{task.stage}-{task.task_id}-{task.attempt}")
 
     def _shuffle_stage(self) -> int:
         return self.stage_names.index("shuffle") if "shuffle" in self.stage_names else -1
@@ -354,7 +353,7 @@ class Pipeline(Dispatcher):
         if task is None or task.task_id != task_id or task.attempt != attempt:
             if kind == "done":  # a stale attempt's outputs: delete unread
                 for ref in msg[3]:
-                    st.unlink_quietly(ref.path)
+                    items.unlink_quietly(ref.path)
             return
         if kind == "traceformat":
             self._error = TraceFormatError(*msg[3])
@@ -426,7 +425,7 @@ class Pipeline(Dispatcher):
                     break
                 self._lock.wait(timeout=0.5)
             self._next_out += 1
-        batch = Batch.from_columns(st.read_item(ref))
+        batch = Batch.from_columns(items.read_item(ref))
         with self._lock:
             self._spend(ref)
             self._rows_out += batch.size

@@ -13,9 +13,10 @@ import gymnasium as gym
 import numpy as np
 
 from recperf.core.errors import ConfigError
-from recperf.ingest import sim_target
-from recperf.ingest.sim import Allocation, PipelineSpec, StageSpec, load_spec, lp_bound
-from recperf.ingest.tuners.base import Measurement, Target, unit_memory
+from recperf.ingest.base import Allocation, Measurement, Target
+from recperf.ingest.sim import target as sim_target
+from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec, lp_bound
+from recperf.ingest.tuners.base import unit_memory
 from recperf.ingest.tuners.model import measured_costs
 
 MAX_STAGES = 8
@@ -358,7 +359,7 @@ class IngestEnv(gym.Env[np.ndarray, np.int64]):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        from recperf.ingest.tuners.static import even_split
+        from recperf.ingest.base import even_split
 
         super().reset(seed=seed)
         spec = self.fixed or random_spec(self.np_random)
@@ -397,7 +398,7 @@ ENV_ID = "recperf/Ingest-v0"
 def register() -> str:
     """Register ``recperf/Ingest-v0`` with gymnasium (idempotent); returns the id."""
     if ENV_ID not in gym.registry:
-        gym.register(id=ENV_ID, entry_point="recperf.ingest.env:IngestEnv")
+        gym.register(id=ENV_ID, entry_point="recperf.ingest.sim.env:IngestEnv")
     return ENV_ID
 
 

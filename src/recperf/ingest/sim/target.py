@@ -9,8 +9,8 @@ import numpy as np
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.ingest.sim import Allocation, PipelineSpec
-from recperf.ingest.tuners.base import AllocationRefused, Measurement
+from recperf.ingest.base import Allocation, AllocationRefused, Measurement
+from recperf.ingest.sim.model import PipelineSpec
 
 QUEUE_FULL = 0.95
 """Input-queue fill of a stage that is the bottleneck or sits before it (backpressure)."""

@@ -13,6 +13,7 @@ from typing import Any, Literal, TypeVar
 
 from recperf.core.config import check_range, from_mapping, load_toml
 from recperf.core.errors import ConfigError
+from recperf.ingest.base import Allocation
 
 MIB = 2**20
 GIB = 2**30
@@ -37,18 +38,6 @@ class StageSpec:
         if self.max_workers is not None:
             check_range("max_workers", self.max_workers, 1, None)
         check_range("memory_mib_per_worker", self.memory_mib_per_worker, 0.0, None)
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class Allocation:
-    """Integer workers per stage, in stage order."""
-
-    workers: tuple[int, ...]
-    """Worker count of each stage."""
-
-    @property
-    def total(self) -> int:
-        return sum(self.workers)
 
 
 AllocLike = Allocation | Sequence[int]

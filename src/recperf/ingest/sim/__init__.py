@@ -1,0 +1,2 @@
+"""The simulated pipeline: the analytic model (``model``), a noisy tuning target over it
+(``target``) and the gymnasium env the intune agent trains in (``env``)."""
