@@ -166,7 +166,25 @@ class Target(Protocol):
         ...
 
 
-def even_split(target: Target) -> Allocation:
+class Shape(Protocol):
+    """What the even and fused splits need to know of a target."""
+
+    @property
+    def stage_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def cores(self) -> int: ...
+
+    @property
+    def max_workers(self) -> tuple[int | None, ...]: ...
+
+    @property
+    def memory_budget_bytes(self) -> float: ...
+
+    def memory_bytes(self, alloc: Allocation) -> float: ...
+
+
+def even_split(target: Shape) -> Allocation:
     """The one even split: every stage its own segment with one worker, then the rest of the
     cores dealt round-robin from the first stage, skipping stages at their cap or whose next
     worker would go over the memory budget."""
@@ -193,7 +211,7 @@ def even_split(target: Target) -> Allocation:
     return Allocation(workers=tuple(w))
 
 
-def fused(target: Target) -> Allocation:
+def fused(target: Shape) -> Allocation:
     """One segment of every stage with a worker per core (fewer if capped or out of memory)."""
     (cap,) = segment_caps(target.max_workers, ((0, len(target.stage_names)),))
     w = max(1, target.cores if cap is None else min(cap, target.cores))

@@ -87,6 +87,30 @@ class Batch:
         return int(self.labels.shape[0])
 
     @staticmethod
+    def from_tensors(t: dict[str, torch.Tensor]) -> Batch:
+        """A batch over collated tensors (e.g. views into a ring slot; nothing is copied)."""
+        return Batch(
+            dense=t["dense"],
+            labels=t["labels"],
+            values=t["values"],
+            lengths=t["lengths"],
+            offsets=t["offsets"],
+            row_ids=t["row_id"],
+        )
+
+    def clone(self) -> Batch:
+        """A copy that owns its memory (a pipeline's batches view a reused ring slot)."""
+        return Batch(
+            dense=self.dense.clone(),
+            labels=self.labels.clone(),
+            values=self.values.clone(),
+            lengths=self.lengths.clone(),
+            offsets=self.offsets.clone(),
+            row_ids=self.row_ids.clone(),
+            keys=self.keys,
+        )
+
+    @staticmethod
     def from_columns(cols: dict[str, np.ndarray]) -> Batch:
         """Copy the columns of a shared-memory item into torch tensors (one memcpy each)."""
         t = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in cols.items()}
@@ -147,6 +171,10 @@ class Snapshot:
     """Workers plus buffers now, bytes."""
     peak_memory_bytes: float
     """Highest memory_bytes seen at any snapshot so far."""
+    handoff_cpu_s: float = 0.0
+    """CPU the workers spent handing chunks over (mapping inputs, writing outputs and slots)."""
+    consumer_cpu_s: float = 0.0
+    """CPU of the consumer's process: taking batches and the coordinator thread."""
 
 
 def rate(a: float, b: float, dt: float) -> float:

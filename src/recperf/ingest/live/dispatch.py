@@ -1,47 +1,55 @@
-"""The live pipeline's coordinator bookkeeping: tasks, worker processes and stage counters,
-the dispatch rules (which task an idle worker gets, with backpressure and the head-window
-exception that keeps the ordered output from starving) and the metrics snapshot. ``Pipeline``
-mixes ``Dispatcher`` in; the state it reads is declared here and initialised there."""
+"""The live pipeline's coordinator bookkeeping: chunks moving down the chain, worker processes
+and stage counters, the dispatch rules (which chunk an idle worker of a segment gets, with
+backpressure and the head exception that keeps the ordered output from starving) and the
+metrics snapshot. ``Pipeline`` mixes ``Dispatcher`` in; the state it reads is declared here and
+initialised there."""
 
 from __future__ import annotations
 
-import heapq
 import os
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
 from recperf.ingest.base import Allocation
+from recperf.ingest.data import stages as st
 from recperf.ingest.live import items
 from recperf.ingest.live.batch import PipelineConfig, Snapshot, StageCounters
-from recperf.ingest.live.plan import Plan, ReadTask
+from recperf.ingest.live.items import ItemRef, Layout
+from recperf.ingest.live.plan import Plan
+from recperf.ingest.live.ring import Ring, Slot
 from recperf.ingest.live.workers import TaskMsg
 
 MIB = 2**20
 
 
 @dataclass(slots=True, eq=False)
-class Task:
-    stage: int
-    task_id: int
+class Chunk:
+    """Consecutive batches moving down the chain together; ``stage`` is the next stage to run
+    (0: not read yet), ``ref`` the packed batches after stage ``stage - 1``."""
+
     seqs: tuple[int, ...]
-    inputs: tuple[Any, ...]
+    splits: tuple[st.Split, ...]
+    stage: int = 0
+    ref: ItemRef | None = None
     attempt: int = 0
-    window: int = 0
-    group: tuple[str, int] | None = None
-    lent: tuple[tuple[str, int], ...] = ()
+    task_id: int = -1
+    lent: tuple[str, int] | None = None
+    slots: list[Slot] = field(default_factory=list)
+
+    @property
+    def first(self) -> int:
+        return self.seqs[0]
 
 
 @dataclass(slots=True, eq=False)
 class WorkerProc:
-    stage: int
+    segment: tuple[int, int]
     proc: Any
     conn: Connection
-    task: Task | None = None
+    task: Chunk | None = None
     retiring: bool = False
-    group: tuple[str, int] | None = None
 
 
 @dataclass(slots=True)
@@ -52,6 +60,13 @@ class StageStats:
     worker_s: float = 0.0
     queue_fill_s: float = 0.0
     restarts: int = 0
+
+
+@dataclass(slots=True)
+class Output:
+    slot: Slot
+    layout: Layout
+    rows: int
 
 
 def pss_mib(pid: int) -> float:
@@ -74,120 +89,115 @@ class Dispatcher:
     stage_names: tuple[str, ...]
     _lock: threading.Condition
     _workers: list[WorkerProc]
-    _bufs: list[dict[int, items.ItemRef]]
-    _caps: list[int]
-    _ready_read: list[tuple[int, int, Task]]
-    _task_ids: Iterator[int]
+    _target: Allocation
+    _waiting: list[Chunk]
+    _out: dict[int, Output]
+    _ring: Ring
     _free: list[tuple[str, int]]
+    _task_ids: Any
     _next_out: int
     _stats: list[StageStats]
-    _est_mib: list[float]
+    _seg_mib: dict[tuple[int, int], float]
     _shm_bytes: int
     _peak: float
     _rows_out: int
     _batches_out: int
+    _handoff_cpu_s: float
+    _consumer_cpu_s: float
     _last_t: float
 
     def _send(self, w: WorkerProc, msg: TaskMsg | None) -> None:
         raise NotImplementedError
 
-    def _out_prefix(self, task: Task) -> str:
-        raise NotImplementedError
-
-    def _shuffle_stage(self) -> int:
+    def _out_path(self, chunk: Chunk) -> str:
         raise NotImplementedError
 
     def _tick(self) -> None:
         raise NotImplementedError
 
-    # -- dispatch -----------------------------------------------------------------------------
+    # -- limits ------------------------------------------------------------------------------
 
-    def _head_limit(self) -> int:
-        """Seqs below this may always move on, so the next item out can never be starved."""
-        k = max(1, self.config.shuffle_window)
-        return (self._next_out // k + 1) * k
+    @property
+    def slot_bytes(self) -> int:
+        return self.config.batch_size * items.ITEM_BYTES_PER_ROW
 
-    def _room(self, stage: int, first_seq: int) -> bool:
-        """Backpressure: a stage takes a task while its output buffer has room (in-flight
-        outputs, at most one task's per worker, are budgeted per worker in memory_bytes)."""
-        return len(self._bufs[stage + 1]) < self._caps[stage + 1] or first_seq < self._head_limit()
+    @property
+    def chunk_bytes(self) -> int:
+        return self.plan.read_task_splits * self.slot_bytes
+
+    def _segment_workers(self, alloc: Allocation) -> dict[tuple[int, int], int]:
+        segs = alloc.segments(len(self.stage_names))
+        return dict(zip(segs, alloc.workers, strict=True))
+
+    def ring_limit(self, alloc: Allocation) -> int:
+        """Ring slots: the output queue plus a chunk per worker of the last segment and one."""
+        last = alloc.workers[-1]
+        return self.config.queue_batches + self.plan.read_task_splits * (last + 1)
+
+    def cut_cap(self, stage: int) -> int:
+        """Chunks that may wait before ``stage`` (a cut): one per worker there, and one."""
+        for (a, _), w in self._segment_workers(self._target).items():
+            if a == stage:
+                return w + 1
+        return 1  # not a cut of the current allocation: those chunks are drained first
+
+    # -- dispatch ----------------------------------------------------------------------------
 
     def _dispatch(self) -> None:
-        idle = [w for w in self._workers if w.task is None and not w.retiring]
-        for w in idle:
-            task = self._next_task(w)
-            if task is None:
+        n = len(self.stage_names)
+        self._refill()
+        for w in self._workers:
+            if w.task is not None or w.retiring:
                 continue
-            w.task = task
-            if task.group is not None:
-                w.group = task.group
-            n = min(len(task.seqs), len(self._free))
-            task.lent = tuple(self._free.pop() for _ in range(n))
-            msg = TaskMsg(
-                task.task_id, task.attempt, task.inputs, self._out_prefix(task), task.window,
-                tuple(p for p, _ in task.lent),
-            )  # fmt: skip
-            self._send(w, msg)
+            a, b = w.segment
+            for chunk in sorted((c for c in self._waiting if a <= c.stage < b),
+                                key=lambda c: c.first):  # fmt: skip
+                if self._claim(chunk, b, n):
+                    self._waiting.remove(chunk)
+                    w.task = chunk
+                    self._send(w, self._message(chunk))
+                    break
 
-    def _next_task(self, w: WorkerProc) -> Task | None:
-        s = w.stage
-        if s == 0:
-            return self._next_read(w)
-        buf = self._bufs[s]
-        if not buf:
-            return None
-        if s == self._shuffle_stage():
-            return self._next_window(s)
-        seq = min(buf)
-        if not self._room(s, seq):
-            return None
-        ref = buf.pop(seq)
-        return Task(stage=s, task_id=next(self._task_ids), seqs=(seq,), inputs=(ref,))
+    def _claim(self, chunk: Chunk, stop: int, n: int) -> bool:
+        """Reserve the chunk's output room (backpressure); the head chunk always gets it."""
+        head = chunk.first <= self._next_out
+        if stop == n:
+            limit = 1 << 30 if head else self.ring_limit(self._target)
+            slots = self._ring.take(len(chunk.seqs), limit)
+            if slots is None:
+                return False
+            chunk.slots = slots
+            return True
+        queued = sum(1 for c in self._waiting if c.stage == stop)
+        queued += sum(1 for w in self._workers if w.task is not None and w.segment[1] == stop)
+        if not head and queued >= self.cut_cap(stop):
+            return False
+        chunk.lent = self._free.pop() if self._free else None
+        return True
 
-    def _next_read(self, w: WorkerProc) -> Task | None:
-        """The earliest read task, or a near one of the row group this worker has cached;
-        the task holding the head window always goes first."""
-        self._refill_reads()
-        if not self._ready_read:
-            return None
-        near = heapq.nsmallest(4, self._ready_read)
-        head = near[0]
-        pick = None
-        if head[0] >= self._head_limit() and w.group is not None:
-            same = [e for e in near if e[2].group == w.group]
-            pick = next((e for e in same if self._room(0, e[0])), None)
-        if pick is None:
-            if not self._room(0, head[0]):
-                return None
-            pick = head
-        self._ready_read.remove(pick)
-        heapq.heapify(self._ready_read)
-        return pick[2]
+    def _message(self, chunk: Chunk) -> TaskMsg:
+        chunk.task_id = next(self._task_ids)
+        return TaskMsg(
+            task_id=chunk.task_id,
+            attempt=chunk.attempt,
+            start=chunk.stage,
+            seqs=chunk.seqs,
+            splits=chunk.splits if chunk.stage == 0 else (),
+            source=chunk.ref,
+            out_path=self._out_path(chunk),
+            reuse=None if chunk.lent is None else chunk.lent[0],
+            slots=tuple(s.path for s in chunk.slots),
+        )
 
-    def _refill_reads(self) -> None:
-        while len(self._ready_read) < 8:
-            rt: ReadTask | None = self.plan.next_read_task()
+    def _refill(self) -> None:
+        """Keep a few unread chunks waiting (the plan is lazy: epochs may be endless)."""
+        unread = sum(1 for c in self._waiting if c.stage == 0)
+        while unread < 4:
+            rt = self.plan.next_read_task()
             if rt is None:
                 return
-            task = Task(
-                stage=0,
-                task_id=next(self._task_ids),
-                seqs=rt.seqs,
-                inputs=rt.splits,
-                group=rt.group,
-            )
-            heapq.heappush(self._ready_read, (rt.seqs[0], task.task_id, task))
-
-    def _next_window(self, s: int) -> Task | None:
-        k = self.config.shuffle_window
-        buf = self._bufs[s]
-        first = min(buf)
-        win = first // k
-        seqs = tuple(q for q in range(win * k, (win + 1) * k) if q < self.plan.total_items)
-        if not all(q in buf for q in seqs) or not self._room(s, seqs[0]):
-            return None
-        refs = tuple(buf.pop(q) for q in seqs)
-        return Task(stage=s, task_id=next(self._task_ids), seqs=seqs, inputs=refs, window=win)
+            self._waiting.append(Chunk(seqs=rt.seqs, splits=rt.splits))
+            unread += 1
 
     # -- metrics ------------------------------------------------------------------------------
 
@@ -195,34 +205,34 @@ class Dispatcher:
         """Cumulative per-stage counters now, with current memory (reads each worker's PSS)."""
         with self._lock:
             self._tick()
-            workers = [(w.stage, w.proc.pid, w.retiring) for w in self._workers]
+            workers = [(w.segment, w.proc.pid, w.retiring) for w in self._workers]
         pss = {pid: pss_mib(pid) for _, pid, _ in workers}
         with self._lock:
+            for seg, pid, _ in workers:
+                self._seg_mib[seg] = max(self._seg_mib.get(seg, 0.0), pss[pid])
+            total = float(self._shm_bytes + self._ring.nbytes + sum(s for _, s in self._free))
+            total += sum(pss.values()) * MIB
             stages = []
-            total = float(self._shm_bytes + sum(size for _, size in self._free))
             for s, stats in enumerate(self._stats):
-                mine = [pss[pid] for stg, pid, _ in workers if stg == s]
-                if mine:
-                    self._est_mib[s] = max(self._est_mib[s], max(mine))
-                buf_bytes = sum(r.nbytes for r in self._bufs[s].values()) if s else 0
-                mem = sum(mine) * MIB + buf_bytes
-                total += sum(mine) * MIB
+                mine = [pss[pid] for (a, b), pid, _ in workers if a <= s < b]
+                buf = sum(c.ref.nbytes for c in self._waiting if c.stage == s and c.ref)
                 stages.append(StageCounters(
                     rows=stats.rows, cpu_s=stats.cpu_s, busy_s=stats.busy_s,
                     worker_s=stats.worker_s, queue_fill_s=stats.queue_fill_s,
-                    workers=sum(1 for stg, _, r in workers if stg == s and not r),
-                    memory_bytes=mem, restarts=stats.restarts,
+                    workers=sum(1 for (a, b), _, r in workers if a <= s < b and not r),
+                    memory_bytes=sum(mine) * MIB + buf, restarts=stats.restarts,
                 ))  # fmt: skip
             self._peak = max(self._peak, total)
             return Snapshot(
                 t=self._last_t, stages=tuple(stages), rows_out=self._rows_out,
                 batches_out=self._batches_out, memory_bytes=total, peak_memory_bytes=self._peak,
+                handoff_cpu_s=self._handoff_cpu_s, consumer_cpu_s=self._consumer_cpu_s,
             )  # fmt: skip
 
 
 def sweep_stale_items() -> int:
-    """Delete item files left in SHM_DIR by pipelines whose process is gone (killed before it
-    could clean up); returns how many."""
+    """Delete shared-memory files left by pipelines whose process is gone (killed before it or
+    its workers could clean up); returns how many."""
     removed = 0
     for path in items.SHM_DIR.glob("rp*x*-*"):
         pid = path.name[2:].split("x", 1)[0]
@@ -236,11 +246,3 @@ def sweep_stale_items() -> int:
         except PermissionError:
             pass  # another user's live process
     return removed
-
-
-def even_split(n_stages: int, cores: int) -> Allocation:
-    """One worker per stage, then the remaining cores dealt round-robin from the first stage."""
-    w = [1] * n_stages
-    for i in range(max(0, cores - n_stages)):
-        w[i % n_stages] += 1
-    return Allocation(workers=tuple(w))

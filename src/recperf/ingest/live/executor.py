@@ -1,17 +1,19 @@
-"""The live ingestion pipeline: a pool of worker processes per stage, fed by one coordinator
-thread over per-worker pipes, with bounded buffers of shared-memory items between stages.
+"""The live ingestion pipeline: the stage chain cut into segments, a pool of worker processes
+per segment (each worker runs its segment's stages fused), fed by one coordinator thread over
+per-worker pipes; chunks cross a cut as one packed shared-memory buffer and leave the chain
+through a reused ring of slots that the consumer reads as tensor views.
 
-Exactly-once: every task (a run of splits for ``read``, one item, or a shuffle window) has an
-attempt number; its inputs stay until a worker of the current attempt reports its outputs, so a
-worker that dies (or is killed) mid-task only costs a redo, and the outputs of a stale attempt
-are deleted unread. Resizing starts workers or lets surplus ones finish their task and exit.
-Items leave in sequence order, so a seed fixes every batch whatever the allocation or crashes.
+Exactly-once: every task (one chunk through one segment) has an attempt number; its input stays
+until a worker of the current attempt reports its output, so a worker that dies (or is killed)
+mid-task only costs a redo, and the outputs of a stale attempt are dropped. Resizing or re-cutting
+starts workers or lets surplus ones finish their task and exit; a chunk waiting before stage s is
+taken by whichever segment now holds s. Batches leave in sequence order, so a seed fixes every
+batch whatever the allocation or crashes.
 """
 
 from __future__ import annotations
 
 import contextlib
-import heapq
 import itertools
 import multiprocessing as mp
 import os
@@ -28,137 +30,148 @@ from recperf.ingest.live import items
 from recperf.ingest.live.batch import Batch, PipelineConfig
 from recperf.ingest.live.dispatch import (
     MIB,
+    Chunk,
     Dispatcher,
+    Output,
     StageStats,
-    Task,
     WorkerProc,
-    even_split,
     sweep_stale_items,
 )
+from recperf.ingest.live.items import ItemRef
 from recperf.ingest.live.plan import Plan
-from recperf.ingest.live.workers import StageWork, TaskMsg, worker_main
+from recperf.ingest.live.ring import Ring, SlotMaps
+from recperf.ingest.live.workers import DoneMsg, FailMsg, SegmentWork, TaskMsg, worker_main
 
-__all__ = ["Pipeline", "even_split", "sweep_stale_items"]
+__all__ = ["Pipeline", "sweep_stale_items"]
 _RUN_IDS = itertools.count()
 
 
 class Pipeline(Dispatcher):
     """Criteo rows in ``data`` (a file or directory of Parquet / TSV shards) through read,
-    dense, sparse, [downsample], [shuffle] and collate stages; iterate it for ``Batch``es."""
+    dense, sparse, [downsample], [shuffle] and collate; iterate it for ``Batch``es.
+
+    A batch's tensors are views into a ring slot: valid until the next batch is taken from the
+    iterator (the slot is then reused). Keep one longer with ``batch.clone()``, or pass
+    ``copy=True`` to get batches that own their memory."""
 
     def __init__(
         self,
         data: str | Path,
         config: PipelineConfig | None = None,
-        allocation: Allocation | Sequence[int] | str = "even",
+        allocation: Allocation | Sequence[int] | str = "fused",
         cores: int | None = None,
+        *,
+        copy: bool = False,
     ) -> None:
         self.config = config or PipelineConfig()
         self.stage_names = self.config.stage_names()
         self.cores = cores or os.cpu_count() or 1
+        self.copy = copy
         self.plan = Plan(data, self.config)
-        self._caps = self._buffer_caps()
-        self._pool_cap = 2 * len(self.stage_names) + self.plan.read_task_splits
-        self._est_mib = [self.config.worker_memory_mib] * len(self.stage_names)
+        self._seg_mib: dict[tuple[int, int], float] = {}
+        self._target = Allocation(workers=(1,))  # replaced below, once _check can run
         self._target = self._check(self._resolve(allocation))
         self._lock = threading.Condition()
         self._workers: list[WorkerProc] = []
-        self._bufs: list[dict[int, items.ItemRef]] = [{} for _ in range(len(self.stage_names) + 1)]
-        self._ready_read: list[tuple[int, int, Task]] = []  # heap of (first seq, id, task)
+        self._waiting: list[Chunk] = []
+        self._out: dict[int, Output] = {}
         self._stats = [StageStats() for _ in self.stage_names]
         self._task_ids = itertools.count()
-        self._next_out = 0
-        self._rows_out = 0
-        self._batches_out = 0
-        self._shm_bytes = 0
-        self._free: list[tuple[str, int]] = []  # spent item files (path, size) to write into
+        self._next_out = self._rows_out = self._batches_out = self._shm_bytes = 0
+        self._handoff_cpu_s = self._consumer_cpu_s = 0.0
+        self._free: list[tuple[str, int]] = []  # spent chunk buffers (path, size) to reuse
         self._free_ids = itertools.count()
         self._peak = 0.0
         self._error: BaseException | None = None
-        self._closed = False
-        self._started = False
+        self._closed = self._started = False
         self._thread: threading.Thread | None = None
         self._prefix = f"rp{os.getpid()}x{next(_RUN_IDS)}"
+        self._ring = Ring(self._prefix, self.slot_bytes)
+        self._maps = SlotMaps(self.slot_bytes)
+        self._held: Output | None = None
         self._ctx: Any = None
+        self._dirty = True
         self._last_t = time.monotonic()
 
     # -- allocation and memory ------------------------------------------------------------
 
     def _resolve(self, allocation: Allocation | Sequence[int] | str) -> Allocation:
         if isinstance(allocation, Allocation):
-            return allocation
+            return allocation.normalized(len(self.stage_names))
         if isinstance(allocation, str):
-            if allocation != "even":
-                raise ConfigError(
-                    f"allocation: expected 'even' or worker counts, not {allocation!r}"
-                )
-            return even_split(len(self.stage_names), self.cores)
-        return Allocation(workers=tuple(int(w) for w in allocation))
+            from recperf.ingest.base import even_split, fused
 
-    def _buffer_caps(self) -> list[int]:
-        """Items each buffer may hold: before stage s (s >= 1) and at the output (last)."""
-        q, k = self.config.queue_batches, self.config.shuffle_window
-        caps = [0] + [q] * len(self.stage_names)
-        if k and "shuffle" in self.stage_names:
-            caps[self.stage_names.index("shuffle")] = max(q, k)
-        return caps
+            if allocation not in ("even", "fused"):
+                raise ConfigError(
+                    f"allocation: expected 'even', 'fused' or worker counts, not {allocation!r}"
+                )
+            return (fused if allocation == "fused" else even_split)(_Shape(self))
+        return Allocation(workers=tuple(int(w) for w in allocation))
 
     @property
     def memory_budget_bytes(self) -> float:
         return self.config.memory_budget_gib * 2**30
 
     def memory_bytes(self, alloc: Allocation) -> float:
-        """Predicted peak: workers (measured PSS, or the estimate until measured) plus every
-        buffer full and a head window of slack per stage, the items each worker may hold (a
-        read task's outputs, a shuffle window in and out, else one in and one out) and the pool
-        of spent files."""
-        item = self.config.batch_size * items.ITEM_BYTES_PER_ROW
-        k = max(1, self.config.shuffle_window)
-        per_worker = {"read": self.plan.read_task_splits, "shuffle": 2 * k}
-        in_flight = sum(
-            w * per_worker.get(name, 2)
-            for name, w in zip(self.stage_names, alloc.workers, strict=True)
-        )
-        n_items = sum(self._caps[1:]) + k * len(self.stage_names) + in_flight  # + head window
-        n_items += self._pool_cap
-        workers = sum(w * m for w, m in zip(alloc.workers, self._est_mib, strict=True))
-        return workers * MIB + n_items * item
+        """Predicted peak: workers (measured PSS per segment, or the estimate until measured),
+        the ring at its limit, and at each cut the chunks waiting, in flight on both sides and
+        the pool of spent buffers."""
+        n = len(self.stage_names)
+        alloc = alloc.normalized(n)
+        segs = alloc.segments(n)
+        est = self.config.worker_memory_mib
+        workers = sum(w * self._seg_mib.get(s, est) for s, w in zip(segs, alloc.workers,
+                                                                     strict=True))  # fmt: skip
+        chunks = 0
+        for i in range(1, len(segs)):
+            chunks += alloc.workers[i] + 1 + alloc.workers[i - 1] + alloc.workers[i]
+        chunks += 2 * (len(segs) - 1)  # the pool of spent buffers
+        ring = self.ring_limit(alloc) * self.slot_bytes
+        return workers * MIB + ring + chunks * self.chunk_bytes
 
     def _check(self, alloc: Allocation) -> Allocation:
         n = len(self.stage_names)
-        if len(alloc.workers) != n:
-            names = ", ".join(self.stage_names)
-            raise AllocationRefused(f"allocation has {len(alloc.workers)} entries; stages: {names}")
-        for name, w in zip(self.stage_names, alloc.workers, strict=True):
+        try:
+            alloc = alloc.normalized(n)
+        except ConfigError as exc:
+            raise AllocationRefused(f"{exc}; stages: {', '.join(self.stage_names)}") from None
+        for w, (a, b) in zip(alloc.workers, alloc.segments(n), strict=True):
             if not 1 <= w <= 64:
-                raise AllocationRefused(
-                    f"allocation: stage {name!r} has {w} workers; allowed 1..64"
-                )
+                name = "+".join(self.stage_names[a:b])
+                raise AllocationRefused(f"allocation: segment {name!r} has {w} workers; 1..64")
         need = self.memory_bytes(alloc)
         if need > self.memory_budget_bytes:
             raise AllocationRefused(
-                f"allocation {list(alloc.workers)} needs {need / MIB:,.0f} MiB (workers + "
-                f"buffers), over memory_budget_gib = {self.config.memory_budget_gib:g} "
-                f"({self.memory_budget_bytes / MIB:,.0f} MiB)"
+                f"allocation {alloc.label(self.stage_names)} needs {need / MIB:,.0f} MiB "
+                f"(workers + buffers), over memory_budget_gib = "
+                f"{self.config.memory_budget_gib:g} ({self.memory_budget_bytes / MIB:,.0f} MiB)"
             )
         return alloc
 
     def worker_memory_mib(self) -> tuple[float, ...]:
-        """Memory per worker of each stage: the largest PSS measured, else the estimate."""
+        """Memory per worker of each stage's current segment: the largest PSS measured, else
+        the estimate."""
         with self._lock:
-            return tuple(self._est_mib)
+            n = len(self.stage_names)
+            est = self.config.worker_memory_mib
+            out = [est] * n
+            for a, b in self._target.segments(n):
+                for i in range(a, b):
+                    out[i] = self._seg_mib.get((a, b), est)
+            return tuple(out)
 
     @property
     def allocation(self) -> Allocation:
         return self._target
 
     def resize(self, allocation: Allocation | Sequence[int]) -> None:
-        """Change workers per stage while running; refused (nothing changes) if over budget."""
+        """Change the cuts and workers while running; refused (nothing changes) if over
+        budget. The coordinator applies it between two dispatches."""
         alloc = self._check(self._resolve(allocation))
         with self._lock:
             self._target = alloc
-            if self._started:
-                self._apply_target()
+            self._dirty = True
+            self._lock.notify_all()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -168,18 +181,18 @@ class Pipeline(Dispatcher):
         sweep_stale_items()
         # fork: a worker starts in milliseconds sharing the parent's imported modules (the
         # forkserver would re-import the user's __main__, seconds with torch); the child only
-        # runs worker_main, which touches no lock another parent thread may hold.
+        # runs worker_main, which touches no lock another parent thread may hold. Workers are
+        # forked by the coordinator thread only: it lives as long as the pipeline, and the
+        # kernel's parent-death signal follows the forking thread.
         self._ctx = mp.get_context("fork")
-        with self._lock:
-            self._started = True
-            self._last_t = time.monotonic()
-            self._apply_target()
+        self._started = True
+        self._last_t = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="recperf-ingest", daemon=True)
         self._thread.start()
         return self
 
     def close(self) -> None:
-        """Stop every worker and delete every shared-memory item; safe to call twice."""
+        """Stop every worker and delete every shared-memory file; safe to call twice."""
         with self._lock:
             if self._closed:
                 return
@@ -197,6 +210,9 @@ class Pipeline(Dispatcher):
                 w.proc.join(timeout=2)
             w.conn.close()
         self._workers.clear()
+        self._held = None
+        self._maps.close()
+        self._ring.unlink()
         for path in items.SHM_DIR.glob(f"{self._prefix}-*"):
             items.unlink_quietly(str(path))
 
@@ -211,109 +227,119 @@ class Pipeline(Dispatcher):
             self.close()
 
     def worker_pids(self) -> dict[str, list[int]]:
+        """Live workers' pids by segment label (e.g. ``read+dense``)."""
         with self._lock:
-            out: dict[str, list[int]] = {n: [] for n in self.stage_names}
+            out: dict[str, list[int]] = {}
             for w in self._workers:
                 if not w.retiring:
-                    out[self.stage_names[w.stage]].append(w.proc.pid)
+                    a, b = w.segment
+                    out.setdefault("+".join(self.stage_names[a:b]), []).append(w.proc.pid)
             return out
 
     # -- workers ------------------------------------------------------------------------------
 
-    def _spawn(self, stage: int) -> None:
+    def _spawn(self, segment: tuple[int, int]) -> None:
         parent, child = self._ctx.Pipe(duplex=True)
-        work = StageWork(
-            stage=self.stage_names[stage],
+        work = SegmentWork(
+            stages=self.stage_names,
+            first=segment[0],
+            stop=segment[1],
             seed=self.config.seed,
             downsample_rate=self.config.downsample_rate or 1.0,
+            shuffle_window=self.config.shuffle_window,
+            slot_bytes=self.slot_bytes,
+            prefix=self._prefix,
             read_latency_s=self.config.read_latency_ms / 1e3,
         )
         proc = self._ctx.Process(target=worker_main, args=(work, child), daemon=True)
         proc.start()
         child.close()
-        self._workers.append(WorkerProc(stage=stage, proc=proc, conn=parent))
+        self._workers.append(WorkerProc(segment=segment, proc=proc, conn=parent))
 
     def _apply_target(self) -> None:
-        for s, want in enumerate(self._target.workers):
-            active = [w for w in self._workers if w.stage == s and not w.retiring]
-            for _ in range(want - len(active)):
-                self._spawn(s)
-            surplus = len(active) - want
-            for w in sorted(active, key=lambda w: w.task is not None)[: max(0, surplus)]:
-                w.retiring = True
-                if w.task is None:
-                    self._send(w, None)
+        want = self._segment_workers(self._target)
+        for w in self._workers:
+            if w.segment not in want and not w.retiring:
+                self._retire(w)
+        for seg, n in want.items():
+            active = [w for w in self._workers if w.segment == seg and not w.retiring]
+            for _ in range(n - len(active)):
+                self._spawn(seg)
+            for w in sorted(active, key=lambda w: w.task is not None)[: max(0, len(active) - n)]:
+                self._retire(w)
+        self._dirty = False
+
+    def _retire(self, w: WorkerProc) -> None:
+        w.retiring = True
+        if w.task is None:
+            self._send(w, None)
 
     def _send(self, w: WorkerProc, msg: TaskMsg | None) -> None:
         with contextlib.suppress(OSError):  # a dead worker's sentinel reports it; task redone
             w.conn.send(msg)
 
     def _reap(self, w: WorkerProc) -> None:
-        """A worker exited: redo its task (deleting any outputs it wrote), replace it unless
-        it was retiring."""
+        """A worker exited: redo its task, replace it unless it was retiring."""
         w.proc.join(timeout=1)
         self._workers.remove(w)
         w.conn.close()
         if w.task is not None:
             self._requeue(w.task)
         if not w.retiring:
-            self._stats[w.stage].restarts += 1
-            self._spawn(w.stage)
+            self._stats[w.segment[0]].restarts += 1
+            if w.segment in self._segment_workers(self._target):
+                self._spawn(w.segment)
 
-    def _requeue(self, task: Task) -> None:
-        for path in items.SHM_DIR.glob(f"{Path(self._out_prefix(task)).name}-*"):
-            items.unlink_quietly(str(path))
-        self._take_back(task)
-        task.attempt += 1
-        if task.stage == 0:
-            heapq.heappush(self._ready_read, (task.seqs[0], task.task_id, task))
-            return
-        for seq, ref in zip(task.seqs, task.inputs, strict=True):
-            self._bufs[task.stage][seq] = ref
+    def _requeue(self, chunk: Chunk) -> None:
+        """The chunk goes back where it was; what its dead attempt wrote is dropped."""
+        items.unlink_quietly(self._out_path(chunk))
+        if chunk.lent is not None and os.path.exists(chunk.lent[0]):
+            self._free.append(chunk.lent)
+        chunk.lent = None
+        self._ring.give_back(chunk.slots)
+        chunk.slots = []
+        chunk.attempt += 1
+        self._waiting.append(chunk)
 
-    def _take_back(self, task: Task) -> None:
-        """Lent spent files the task did not write into return to the pool."""
-        for path, size in task.lent:
-            if os.path.exists(path):
-                self._free.append((path, size))
-        task.lent = ()
-
-    def _spend(self, ref: items.ItemRef) -> None:
-        """A consumed item's file joins the pool of files outputs are written into."""
+    def _spend(self, ref: ItemRef) -> None:
+        """A consumed chunk buffer joins the pool of files outputs are written into."""
         self._shm_bytes -= ref.nbytes
-        if len(self._free) >= self._pool_cap:
+        if len(self._free) >= 2 * len(self.stage_names):
             items.unlink_quietly(ref.path)
             return
         path = str(items.SHM_DIR / f"{self._prefix}-free-{next(self._free_ids)}")
         try:
             os.rename(ref.path, path)
-            size = os.stat(path).st_size  # a reused file may be larger than its last item
+            size = os.stat(path).st_size  # a reused file may be larger than its last chunk
         except FileNotFoundError:
             return
         self._free.append((path, size))
 
-    def _out_prefix(self, task: Task) -> str:
-        return str(items.SHM_DIR / f"{self._prefix}-{task.stage}-{task.task_id}-{task.attempt}")
-
-    def _shuffle_stage(self) -> int:
-        return self.stage_names.index("shuffle") if "shuffle" in self.stage_names else -1
+    def _out_path(self, chunk: Chunk) -> str:
+        return str(items.SHM_DIR / f"{self._prefix}-c{chunk.first}-s{chunk.stage}-{chunk.attempt}")
 
     # -- the coordinator ----------------------------------------------------------------------
 
     def _run(self) -> None:
         try:
             while True:
+                t_cpu = time.thread_time()
                 with self._lock:
                     if self._closed or self._error is not None:
                         return
+                    if self._dirty:
+                        self._apply_target()
                     self._tick()
                     self._dispatch()
                     waitables = [w.conn for w in self._workers] + [
                         w.proc.sentinel for w in self._workers
                     ]
+                    self._consumer_cpu_s += time.thread_time() - t_cpu
                 ready = wait(waitables, timeout=0.02)
+                t_cpu = time.thread_time()
                 with self._lock:
                     self._handle(ready)
+                    self._consumer_cpu_s += time.thread_time() - t_cpu
         except BaseException as exc:  # a coordinator bug must surface in the consumer
             with self._lock:
                 self._error = exc
@@ -322,11 +348,14 @@ class Pipeline(Dispatcher):
     def _tick(self) -> None:
         now = time.monotonic()
         dt, self._last_t = now - self._last_t, now
-        for s, stats in enumerate(self._stats):
-            active = sum(1 for w in self._workers if w.stage == s and not w.retiring)
-            stats.worker_s += active * dt
-            if s > 0:
-                stats.queue_fill_s += min(1.0, len(self._bufs[s]) / self._caps[s]) * dt
+        cuts = {a for a, _ in self._target.segments(len(self.stage_names))} - {0}
+        for w in self._workers:
+            if not w.retiring:
+                for s in range(*w.segment):
+                    self._stats[s].worker_s += dt
+        for s in cuts:
+            queued = sum(1 for c in self._waiting if c.stage == s)
+            self._stats[s].queue_fill_s += min(1.0, queued / self.cut_cap(s)) * dt
 
     def _handle(self, ready: list[Any]) -> None:
         by_conn = {id(w.conn): w for w in self._workers}
@@ -347,45 +376,56 @@ class Pipeline(Dispatcher):
                 self._reap(w)
         self._lock.notify_all()
 
-    def _on_message(self, w: WorkerProc, msg: tuple[Any, ...]) -> None:
-        kind, task_id, attempt = msg[0], msg[1], msg[2]
-        task = w.task
-        if task is None or task.task_id != task_id or task.attempt != attempt:
-            if kind == "done":  # a stale attempt's outputs: delete unread
-                for ref in msg[3]:
-                    items.unlink_quietly(ref.path)
+    def _on_message(self, w: WorkerProc, msg: DoneMsg | FailMsg) -> None:
+        chunk = w.task
+        if chunk is None or chunk.task_id != msg.task_id or chunk.attempt != msg.attempt:
+            if isinstance(msg, DoneMsg) and msg.out is not None:  # a stale attempt's output
+                items.unlink_quietly(msg.out.path)
             return
-        if kind == "traceformat":
-            self._error = TraceFormatError(*msg[3])
+        if isinstance(msg, FailMsg):
+            self._error = self._failure(msg, w)
             return
-        if kind == "badrow":
-            self._error = self._bad_row(*msg[3])
-            return
-        if kind == "error":
-            err = msg[3]
-            self._error = (
-                err
-                if isinstance(err, BaseException)
-                else RuntimeError(
-                    f"ingest worker of stage {self.stage_names[w.stage]!r} failed:\n{err}"
-                )
-            )
-            return
-        refs, cpu, wall, rows_in = msg[3], msg[4], msg[5], msg[6]
         w.task = None
-        stats = self._stats[w.stage]
-        stats.cpu_s += cpu
-        stats.busy_s += wall
-        stats.rows += rows_in
-        self._take_back(task)
-        if w.stage > 0:
-            for ref in task.inputs:
-                self._spend(ref)
-        for seq, ref in zip(task.seqs, refs, strict=True):
-            self._bufs[w.stage + 1][seq] = ref
-            self._shm_bytes += ref.nbytes
+        self._account(w, msg)
+        if chunk.ref is not None:
+            self._spend(chunk.ref)
+        if chunk.lent is not None and os.path.exists(chunk.lent[0]):
+            self._free.append(chunk.lent)  # lent but not written into
+        chunk.lent = None
+        if w.segment[1] == len(self.stage_names):
+            for seq, slot, layout, rows in zip(chunk.seqs, chunk.slots, msg.layouts,
+                                               msg.rows_out, strict=True):  # fmt: skip
+                self._out[seq] = Output(slot, layout, rows)
+            chunk.slots = []
+        else:
+            assert msg.out is not None
+            chunk.ref, chunk.stage = msg.out, w.segment[1]
+            self._shm_bytes += msg.out.nbytes
+            self._waiting.append(chunk)
         if w.retiring:
             self._send(w, None)
+
+    def _account(self, w: WorkerProc, msg: DoneMsg) -> None:
+        a, b = w.segment
+        for s in range(a, b):
+            st_ = self._stats[s]
+            st_.cpu_s += msg.stage_cpu_s[s]
+            st_.rows += msg.stage_rows[s]
+            st_.busy_s += msg.busy_s
+        self._handoff_cpu_s += msg.handoff_cpu_s
+
+    def _failure(self, msg: FailMsg, w: WorkerProc) -> BaseException:
+        if msg.kind == "traceformat":
+            return TraceFormatError(*msg.payload)
+        if msg.kind == "badrow":
+            return self._bad_row(*msg.payload)
+        if msg.kind == "recperf":
+            return RecperfError(msg.payload[0])
+        a, b = w.segment
+        return RuntimeError(
+            f"ingest worker of segment {'+'.join(self.stage_names[a:b])!r} failed:\n"
+            f"{msg.payload[0]}"
+        )
 
     def _bad_row(self, row_id: int, fieldname: str, why: str) -> TraceFormatError:
         split = self.plan.split_of_row(row_id)
@@ -408,8 +448,11 @@ class Pipeline(Dispatcher):
                 yield batch
 
     def _take(self) -> Batch | None:
-        last = len(self.stage_names)
+        t_cpu = time.thread_time()
         with self._lock:
+            if self._held is not None:  # the consumer is done with the previous batch
+                self._ring.give_back([self._held.slot])
+                self._held = None
             while True:
                 if self._error is not None:
                     err = self._error
@@ -420,14 +463,34 @@ class Pipeline(Dispatcher):
                     return None
                 if self._closed:
                     raise RecperfError("the pipeline was closed while iterating")
-                ref = self._bufs[last].pop(self._next_out, None)
-                if ref is not None:
+                out = self._out.pop(self._next_out, None)
+                if out is not None:
                     break
+                self._consumer_cpu_s += time.thread_time() - t_cpu
                 self._lock.wait(timeout=0.5)
+                t_cpu = time.thread_time()
             self._next_out += 1
-        batch = Batch.from_columns(items.read_item(ref))
+        batch = Batch.from_tensors(self._maps.tensors(out.slot.path, out.layout))
+        if self.copy:
+            batch = batch.clone()
         with self._lock:
-            self._spend(ref)
+            if self.copy:
+                self._ring.give_back([out.slot])
+            else:
+                self._held = out
             self._rows_out += batch.size
             self._batches_out += 1
+            self._consumer_cpu_s += time.thread_time() - t_cpu
         return batch
+
+
+class _Shape:
+    """The Target-shaped view of a not yet started pipeline that the even and fused splits
+    need (stage names, cores, no caps, memory)."""
+
+    def __init__(self, p: Pipeline) -> None:
+        self.stage_names = p.stage_names
+        self.cores = p.cores
+        self.max_workers: tuple[int | None, ...] = (None,) * len(p.stage_names)
+        self.memory_budget_bytes = p.memory_budget_bytes
+        self.memory_bytes = p.memory_bytes

@@ -1,5 +1,6 @@
 """The order in which the live pipeline reads the data: splits grouped by Parquet row group (or
-TSV chunk), a seeded group order per epoch, and the read tasks with their sequence numbers."""
+TSV file), a seeded group order per epoch, and the chunks (runs of consecutive splits of one
+group, the unit every segment works on) with their sequence numbers."""
 
 from __future__ import annotations
 
@@ -36,9 +37,12 @@ class Plan:
         self.groups: dict[tuple[str, int], list[int]] = {}
         for i, s in enumerate(self.splits):
             self.groups.setdefault((s.file, s.group), []).append(i)
-        # One read task takes a whole Parquet row group (up to 16 splits), so no row group is
-        # decoded twice by two workers; TSV files are cut into runs of 16 splits.
-        self.read_task_splits = min(16, max(len(g) for g in self.groups.values()))
+        # A chunk is about 64k rows (a whole Parquet row group of the generated data, so no
+        # group is decoded twice), at least one shuffle window, at most 16 batches; TSV files
+        # are cut into runs of that many splits. Shuffle windows lie inside chunks, so the rows
+        # of every batch depend on the seed and the data only, never on the allocation.
+        want = max(config.shuffle_window, -(-65_536 // config.batch_size))
+        self.read_task_splits = max(1, min(16, want, max(len(g) for g in self.groups.values())))
         self.items_per_epoch = len(self.splits)
         epochs = config.epochs
         self.total_items = sys.maxsize if epochs is None else epochs * self.items_per_epoch

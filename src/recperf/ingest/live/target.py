@@ -12,7 +12,7 @@ from pathlib import Path
 from recperf.core.config import check_range, load_toml
 from recperf.core.errors import ConfigError
 from recperf.core.results import atomic_path
-from recperf.ingest.base import Allocation, AllocationRefused, Measurement
+from recperf.ingest.base import Allocation, AllocationRefused, Measurement, segment_caps
 from recperf.ingest.live.batch import Snapshot, rate
 from recperf.ingest.live.dispatch import MIB
 from recperf.ingest.live.executor import Pipeline
@@ -32,6 +32,8 @@ def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measureme
         busy.append(min(1.0, (y.busy_s - x.busy_s) / ws) if ws > 0 else 0.0)
     fill = [min(1.0, (y.queue_fill_s - x.queue_fill_s) / dt) if dt > 0 else 0.0
             for x, y in zip(a.stages, b.stages, strict=True)]  # fmt: skip
+    handoff = (b.handoff_cpu_s - a.handoff_cpu_s) / out_rows * 1e6 if out_rows else math.nan
+    consumer = (b.consumer_cpu_s - a.consumer_cpu_s) / out_rows * 1e6 if out_rows else math.nan
     return Measurement(
         allocation=alloc,
         throughput_rows_per_s=out_rows / dt if dt > 0 else 0.0,
@@ -42,6 +44,8 @@ def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measureme
         cost_us_per_row=tuple(c / out_rows * 1e6 if out_rows else math.nan for c in cpu),
         memory_bytes=max(a.memory_bytes, b.memory_bytes),
         window_s=dt,
+        handoff_us_per_row=handoff,
+        consumer_us_per_row=consumer,
     )
 
 
@@ -105,9 +109,17 @@ class LiveTarget:
             next(self._iter)
 
     def measure(self, alloc: Allocation, window_s: float) -> Measurement:
-        for name, w, cap in zip(self.stage_names, alloc.workers, self._caps, strict=True):
+        n = len(self.stage_names)
+        try:
+            alloc = alloc.normalized(n)
+        except ConfigError as exc:
+            raise AllocationRefused(str(exc)) from None
+        segs = alloc.segments(n)
+        for w, cap, (i, j) in zip(alloc.workers, segment_caps(self._caps, segs), segs,
+                                  strict=True):  # fmt: skip
             if cap is not None and w > cap:
-                raise AllocationRefused(f"allocation: stage {name!r} has {w} workers, cap {cap}")
+                name = "+".join(self.stage_names[i:j])
+                raise AllocationRefused(f"allocation: segment {name!r} has {w} workers, cap {cap}")
         if alloc != self.pipeline.allocation:
             self.pipeline.resize(alloc)  # AllocationRefused leaves everything as it was
             self._consume(self.settle_s)
@@ -126,18 +138,52 @@ class LiveTarget:
 
 
 def write_allocation(path: Path, stage_names: Sequence[str], alloc: Allocation, note: str) -> None:
-    """``[allocation]`` with one ``stage = workers`` line per stage, atomically."""
-    lines = [f"# {line}" for line in note.splitlines()] + ["[allocation]"]
-    lines += [f"{n} = {w}" for n, w in zip(stage_names, alloc.workers, strict=True)]
+    """One ``[[segment]]`` table (its stages, its workers) per segment, atomically."""
+    lines = [f"# {line}" for line in note.splitlines()]
+    n = len(stage_names)
+    for w, (a, b) in zip(alloc.workers, alloc.segments(n), strict=True):
+        names = ", ".join(f'"{x}"' for x in stage_names[a:b])
+        lines += ["", "[[segment]]", f"stages = [{names}]", f"workers = {w}"]
     with atomic_path(path) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
 
 
 def read_allocation(path: Path, stage_names: Sequence[str]) -> Allocation:
-    """Workers per stage from an allocation file; every stage named once, nothing else."""
+    """The segments of an allocation file: ``[[segment]]`` tables whose ``stages`` cover the
+    chain in order, each with ``workers``; or the per-stage ``[allocation]`` table of
+    ``stage = workers`` (every stage its own segment)."""
     data = load_toml(path)
-    table = data.get("allocation")
-    if not isinstance(table, Mapping) or set(data) != {"allocation"}:
+    if set(data) == {"allocation"}:
+        return _per_stage(path, data["allocation"], stage_names)
+    tables = data.get("segment")
+    if set(data) != {"segment"} or not isinstance(tables, list):
+        raise ConfigError(f"{path}: expected [[segment]] tables (stages = [...], workers = N)")
+    workers, cuts, pos = [], [], 0
+    for i, t in enumerate(tables):
+        where = f"{path}: segment[{i}]"
+        if not isinstance(t, Mapping) or set(t) != {"stages", "workers"}:
+            raise ConfigError(f"{where}: expected exactly the keys stages and workers")
+        names, w = t["stages"], t["workers"]
+        want = list(stage_names[pos : pos + len(names)]) if isinstance(names, list) else None
+        if not names or names != want:
+            raise ConfigError(
+                f"{where}.stages = {names!r}: expected the next stages of the chain in order, "
+                f"starting at {stage_names[pos] if pos < len(stage_names) else 'the end'!r} "
+                f"(chain: {', '.join(stage_names)})"
+            )
+        if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+            raise ConfigError(f"{where}.workers = {w!r}: expected an integer >= 1")
+        if pos:
+            cuts.append(pos)
+        workers.append(w)
+        pos += len(names)
+    if pos != len(stage_names):
+        raise ConfigError(f"{path}: the segments stop before {stage_names[pos]!r}")
+    return Allocation(workers=tuple(workers), cuts=tuple(cuts)).normalized(len(stage_names))
+
+
+def _per_stage(path: Path, table: object, stage_names: Sequence[str]) -> Allocation:
+    if not isinstance(table, Mapping):
         raise ConfigError(f"{path}: expected one [allocation] table of stage = workers")
     unknown = sorted(set(table) - set(stage_names))
     if unknown:
@@ -161,7 +207,8 @@ def read_allocation(path: Path, stage_names: Sequence[str]) -> Allocation:
 
 def calibrate(target: LiveTarget, name: str = "calibrated") -> PipelineSpec:
     """A simulator spec of the live pipeline: each stage's median measured CPU per output row,
-    its worker memory as measured (or estimated), the real cores, budget and buffer sizes."""
+    its worker memory as measured (or estimated), the measured hand-off per segment, the real
+    cores, budget and buffer sizes."""
     if not target.measurements:
         raise ConfigError("calibrate: the target has no measurements yet")
     p = target.pipeline
@@ -176,11 +223,16 @@ def calibrate(target: LiveTarget, name: str = "calibrated") -> PipelineSpec:
             p.stage_names, costs, target.max_workers, p.worker_memory_mib(), strict=True
         )
     )
+    # the measured hand-off is over all of a window's segments; the model charges it per segment
+    n = len(p.stage_names)
+    per_seg = [m.handoff_us_per_row / len(m.allocation.segments(n)) for m in target.measurements]
+    per_seg = [v for v in per_seg if math.isfinite(v) and v >= 0]
     return PipelineSpec(
         name=name,
         cores=p.cores,
         memory_budget_gib=p.config.memory_budget_gib,
         stages=stages,
+        transfer_us_per_row=statistics.median(per_seg) if per_seg else 0.0,
         memory_mib_per_batch=p.config.batch_size * ITEM_BYTES_PER_ROW / MIB,
         batch_rows=p.config.batch_size,
         queue_batches=p.config.queue_batches,
