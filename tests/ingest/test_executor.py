@@ -1,5 +1,6 @@
-"""The live pipeline: exactly-once under resizing and killed workers, determinism, the memory
-budget, bad input, the KeyedJaggedTensor layout, metrics and cleanup."""
+"""The live pipeline: exactly-once under resizing, re-cutting and killed workers, determinism
+whatever the cuts, the memory budget, bad input, the KeyedJaggedTensor layout, ring views,
+metrics and cleanup (also when the consumer is killed or interrupted)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st_h
 
 from recperf.core.errors import ConfigError, TraceFormatError
 from recperf.ingest.base import Allocation, AllocationRefused
 from recperf.ingest.data import stages as st
-from recperf.ingest.data.criteo import GenerateConfig, generate, read_table
+from recperf.ingest.data.criteo import (
+    CARDINALITIES,
+    CAT_FEATURES,
+    INT_FEATURES,
+    GenerateConfig,
+    generate,
+    read_table,
+)
 from recperf.ingest.live import items
 from recperf.ingest.live.batch import Batch, PipelineConfig
 from recperf.ingest.live.executor import Pipeline
@@ -40,14 +50,23 @@ def tsv_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def reference(data: Path, rate: float | None = None, seed: int = 0) -> dict[str, np.ndarray]:
-    """Every row through the stage functions in-process, sorted by row id."""
-    batch = read_table(data).combine_chunks().to_batches()[0]
-    cols = st.sparse_transform(st.dense_transform(st.decode(batch, 0)))
+    """Every row read by the plain Arrow reader and transformed here, sorted by row id."""
+    t = read_table(data)
+    n = t.num_rows
+    raw = np.stack([t.column(c).to_numpy(zero_copy_only=False).astype(np.float64)
+                    for c in INT_FEATURES], axis=1)  # fmt: skip
+    dense = np.log1p(np.maximum(np.nan_to_num(raw, nan=0.0), 0.0)).astype(np.float32)
+    ids = np.full((n, 26), -1, np.int64)
+    for j, (name, card) in enumerate(zip(CAT_FEATURES, CARDINALITIES, strict=True)):
+        for i, v in enumerate(t.column(name).to_pylist()):
+            if v:
+                ids[i, j] = int(v, 16) % card
+    label = t.column("label").to_numpy().astype(np.int8)
+    cols = {"row_id": np.arange(n, dtype=np.int64),
+            "label": label, "dense": dense, "ids": ids}  # fmt: skip
     if rate is not None:
         cols = st.downsample(cols, rate, seed)
-    ids = np.where(cols["present"], cols["ids"], -1).astype(np.int64)
-    return {"row_id": cols["row_id"], "label": cols["label"].astype(np.float32),
-            "dense": cols["dense"], "ids": ids}  # fmt: skip
+    return {**cols, "label": cols["label"].astype(np.float32)}
 
 
 def unpack(batches: list[Batch]) -> dict[str, np.ndarray]:
@@ -92,52 +111,81 @@ def assert_exactly_once(batches: list[Batch], ref: dict[str, np.ndarray], epochs
         assert row_hashes(got) == row_hashes(ref)
 
 
-def run(data: Path, config: PipelineConfig, alloc: list[int] | str = "even") -> list[Batch]:
-    with Pipeline(data, config, allocation=alloc, cores=2) as p:
+Alloc = list[int] | str | Allocation
+
+
+def run(
+    data: Path, config: PipelineConfig, alloc: Alloc = "even", copy: bool = False
+) -> list[Batch]:
+    with Pipeline(data, config, allocation=alloc, cores=2, copy=copy) as p:
         return list(p)
+
+
+def settled(p: Pipeline, timeout_s: float = 5.0) -> list[int]:
+    """Live workers per segment once the coordinator has applied the latest resize."""
+    end = time.monotonic() + timeout_s
+    want = list(p.allocation.workers)
+    while time.monotonic() < end:
+        got = [len(v) for v in p.worker_pids().values()]
+        if got == want:
+            return got
+        time.sleep(0.02)
+    return [len(v) for v in p.worker_pids().values()]
+
+
+FUSED = Allocation(workers=(2,), cuts=())
+CUT = Allocation(workers=(1, 2), cuts=(2,))
 
 
 def test_every_row_exactly_once_parquet_and_tsv(parquet_dir: Path, tsv_dir: Path) -> None:
     cfg = PipelineConfig(batch_size=1000, shuffle_window=4)
     for data in (parquet_dir, tsv_dir):
-        batches = run(data, cfg)
-        assert_exactly_once(batches, reference(data))
-        assert max(b.size for b in batches) == 1000
+        for alloc in ("even", FUSED, CUT):
+            batches = run(data, cfg, alloc)  # views, held: the ring grows instead of reusing
+            assert_exactly_once(batches, reference(data))
+            assert max(b.size for b in batches) == 1000
 
 
 def test_batches_are_deterministic_whatever_the_allocation(parquet_dir: Path) -> None:
     cfg = PipelineConfig(batch_size=700, shuffle_window=3, seed=5)
     a = [b.row_ids.tolist() for b in run(parquet_dir, cfg, [1, 1, 1, 1, 1])]
     b = [b.row_ids.tolist() for b in run(parquet_dir, cfg, [2, 1, 3, 1, 2])]
+    f = [b.row_ids.tolist() for b in run(parquet_dir, cfg, FUSED, copy=True)]
+    k = [b.row_ids.tolist() for b in run(parquet_dir, cfg, Allocation(workers=(3, 1), cuts=(4,)))]
     c = [b.row_ids.tolist() for b in run(parquet_dir, PipelineConfig(
         batch_size=700, shuffle_window=3, seed=6))]  # fmt: skip
-    assert a == b
+    assert a == b == f == k
     assert a != c
     first = a[0]
     assert first != sorted(first), "the shuffle stage permutes rows within a window"
 
 
 def test_resizing_while_running_loses_and_duplicates_nothing(parquet_dir: Path) -> None:
-    cfg = PipelineConfig(batch_size=500, shuffle_window=2)
-    plan = [[2, 1, 1, 1, 1], [1, 2, 2, 1, 1], [1, 1, 1, 2, 2], [3, 2, 1, 1, 1], [1, 1, 1, 1, 1]]
+    cfg = PipelineConfig(batch_size=500, shuffle_window=2, chunk_rows=1000)
+    plan: list[Allocation] = [
+        Allocation(workers=(2, 1, 1, 1, 1)), FUSED, Allocation(workers=(1, 1, 1, 2, 2)), CUT,
+        Allocation(workers=(3,), cuts=()), Allocation(workers=(1, 1, 1), cuts=(1, 4)),
+    ]  # fmt: skip
     batches = []
     with Pipeline(parquet_dir, cfg, allocation=[1, 1, 1, 1, 1], cores=2) as p:
         for i, b in enumerate(p):
             batches.append(b)
             if i % 4 == 1 and plan:
                 p.resize(plan.pop(0))
-                assert [len(v) for v in p.worker_pids().values()] == list(p.allocation.workers)
+                assert settled(p) == list(p.allocation.workers)
     assert not plan
     assert_exactly_once(batches, reference(parquet_dir))
 
 
 def test_killed_workers_are_replaced_and_their_work_redone(parquet_dir: Path) -> None:
-    cfg = PipelineConfig(batch_size=400, shuffle_window=2)
+    cfg = PipelineConfig(batch_size=400, shuffle_window=2, chunk_rows=800)
     rng = np.random.default_rng(0)
     batches = []
     with Pipeline(parquet_dir, cfg, allocation=[2, 1, 2, 1, 1], cores=2) as p:
         for i, b in enumerate(p):
             batches.append(b)
+            if i == 12:
+                p.resize(Allocation(workers=(2, 1), cuts=(3,)))
             if i % 3 == 0 and i < 24:
                 pids = [pid for v in p.worker_pids().values() for pid in v]
                 with contextlib.suppress(ProcessLookupError):  # already dead, not yet reaped
@@ -198,7 +246,7 @@ def test_memory_budget_refuses_before_anything_runs(parquet_dir: Path) -> None:
         with pytest.raises(AllocationRefused):
             p.resize([4, 1, 1, 1, 1])
         assert p.allocation == Allocation(workers=(1, 1, 1, 1, 1))
-        assert [len(v) for v in p.worker_pids().values()] == [1, 1, 1, 1, 1]
+        assert settled(p) == [1, 1, 1, 1, 1]
         n = sum(b.size for b in p)
         snap = p.snapshot()
     assert n == ROWS
@@ -251,16 +299,35 @@ def test_metrics_and_cleanup(parquet_dir: Path) -> None:
 def test_bad_config_is_one_clear_error(parquet_dir: Path) -> None:
     with pytest.raises(ConfigError, match="downsample_rate"):
         PipelineConfig(downsample_rate=0.0)
-    with pytest.raises(AllocationRefused, match="6 entries"):
+    with pytest.raises(AllocationRefused, match="6 worker counts"):
         Pipeline(parquet_dir, PipelineConfig(), allocation=[1] * 6)
     with pytest.raises(TraceFormatError, match="no such file"):
         Pipeline(parquet_dir / "missing", PipelineConfig())
+    with pytest.raises(AllocationRefused, match="the chain has 5"):
+        Pipeline(parquet_dir, PipelineConfig(), allocation=Allocation(workers=(1, 1), cuts=(5,)))
 
 
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    events=st_h.lists(
+        st_h.one_of(
+            st_h.tuples(
+                st_h.just("resize"), st_h.lists(st_h.integers(1, 3), min_size=5, max_size=5)
+            ),
+            st_h.tuples(st_h.just("cut"), st_h.integers(0, 63)),
+            st_h.tuples(st_h.just("kill"), st_h.integers(0, 99)),
+        ),
+        max_size=8,
+    ),
+    window=st_h.integers(0, 5),
+    batch=st_h.integers(300, 2000),
+)
 def test_no_row_lost_or_duplicated_under_any_resize_and_kill_schedule(
     parquet_dir: Path, events: list[tuple[str, object]], window: int, batch: int
 ) -> None:
-    cfg = PipelineConfig(batch_size=batch, shuffle_window=window, seed=batch)
+    cfg = PipelineConfig(batch_size=batch, shuffle_window=window, seed=batch, chunk_rows=2 * batch)
     n_stages = len(cfg.stage_names())
     out = []
     with Pipeline(parquet_dir, cfg, allocation=[1] * n_stages, cores=2) as p:
@@ -271,6 +338,11 @@ def test_no_row_lost_or_duplicated_under_any_resize_and_kill_schedule(
                 kind, arg = todo.pop(0)
                 if kind == "resize":
                     p.resize(list(arg)[:n_stages])  # type: ignore[call-overload]
+                elif kind == "cut":  # a random cut pattern, 1..2 workers per segment
+                    bits = int(arg)  # type: ignore[call-overload]
+                    cuts = tuple(i for i in range(1, n_stages) if bits >> i & 1)
+                    ws = tuple(1 + (bits >> k & 1) for k in range(len(cuts) + 1))
+                    p.resize(Allocation(workers=ws, cuts=cuts))
                 else:
                     pids = sorted(pid for v in p.worker_pids().values() for pid in v)
                     with contextlib.suppress(ProcessLookupError):  # dead, not yet reaped
@@ -308,9 +380,9 @@ def test_a_training_loop_consumes_the_pipeline_directly(parquet_dir: Path) -> No
 def test_read_workers_overlap_their_storage_latency(parquet_dir: Path) -> None:
     from recperf.ingest import api
 
-    cfg = PipelineConfig(batch_size=200, read_latency_ms=40.0, shuffle_window=2)
+    cfg = PipelineConfig(batch_size=200, read_latency_ms=40.0, shuffle_window=2, chunk_rows=400)
     one = api.run(parquet_dir, "even", cfg, 1.5, warmup_s=0.5, cores=2)
-    assert one["allocation"]["read"] == 1
+    assert one["allocation"]["segments"][0] == {"stages": ["read"], "workers": 1}
     three_alloc = parquet_dir.parent / "three.toml"
     three_alloc.write_text(
         "[allocation]\nread = 3\ndense = 1\nsparse = 1\nshuffle = 1\ncollate = 1\n"
@@ -333,3 +405,90 @@ def test_stale_item_files_of_dead_processes_are_swept() -> None:
         assert not dead.exists() and mine.exists()
     finally:
         mine.unlink()
+
+
+def test_batches_view_the_ring_and_its_slots_are_reused_once_dropped(parquet_dir: Path) -> None:
+    cfg = PipelineConfig(batch_size=500, epochs=None)
+    with Pipeline(parquet_dir, cfg, allocation=FUSED, cores=2) as p:
+        it = iter(p)
+        for _ in range(200):  # each batch dropped at once: the ring stays at its limit
+            b = next(it)
+            assert b.dense.untyped_storage().data_ptr() != 0
+        del b
+        slots = len(p._ring.slots)
+        assert slots <= p.ring_limit(p.allocation) + p.plan.read_task_splits
+        held = [next(it) for _ in range(3 * slots)]  # held batches keep their slots
+        assert len(p._ring.slots) > slots
+        assert len({int(x.row_ids[0]) for x in held}) == len(held)
+        copied = Pipeline(parquet_dir, cfg, allocation=FUSED, cores=2, copy=True)
+        with copied:
+            c = next(iter(copied))
+        assert c.dense.sum() > 0  # owns its memory after the pipeline is gone
+
+
+def test_a_full_shared_memory_is_one_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from recperf.core.errors import RecperfError
+
+    def full(fd: int, offset: int, size: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    path = str(items.SHM_DIR / f"rp{os.getpid()}x998-full")
+    with pytest.raises(RecperfError, match=r"/dev/shm is full|is full"):
+        items.write_item(path, {"a": np.zeros(10)})
+    items.unlink_quietly(path)
+
+
+CONSUMER = """
+import sys, time
+from recperf.ingest.live.executor import Pipeline
+from recperf.ingest.live.batch import PipelineConfig
+p = Pipeline(sys.argv[1], PipelineConfig(batch_size=500, epochs=None), allocation=[1, 1, 1, 1, 1])
+print(p._prefix, flush=True)
+it = iter(p)
+for _ in range(5):
+    next(it)
+print(" ".join(str(x) for v in p.worker_pids().values() for x in v), flush=True)
+while True:
+    next(it)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_a_killed_or_interrupted_consumer_leaves_no_worker_and_no_shared_memory(
+    parquet_dir: Path, sig: int
+) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CONSUMER, str(parquet_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    prefix = proc.stdout.readline().strip()
+    pids = [int(x) for x in proc.stdout.readline().split()]
+    assert prefix.startswith("rp") and len(pids) == 5
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=20)
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        alive = [pid for pid in pids if _alive(pid)]
+        left = list(items.SHM_DIR.glob(f"{prefix}-*"))
+        if not alive and not left:
+            break
+        time.sleep(0.1)
+    assert not alive, f"workers left running after {signal.Signals(sig).name}"
+    assert not left, f"shared memory left after {signal.Signals(sig).name}: {left[:3]}"
+    assert err.count("Traceback") <= 1, err  # at most the consumer's own KeyboardInterrupt
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False

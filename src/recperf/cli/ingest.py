@@ -138,7 +138,12 @@ _LATENCY = typer.Option(0.0, help="Emulated remote-storage latency per batch rea
 @one_line_errors
 def run_cmd(
     data: Path = _DATA,
-    alloc: str = typer.Option("even", help="'even' or an allocation TOML from `ingest tune`."),
+    alloc: str = typer.Option(
+        "fused",
+        help="fused (one segment, a worker per core), even (every stage its own segment, cores "
+        "dealt round-robin), auto (tune a few seconds with plumber, then run) or an allocation "
+        "TOML from `ingest tune`.",
+    ),
     batch_size: int = _BATCH,
     seconds: float = typer.Option(10.0, help="Seconds to measure (after a 1 s warm-up)."),
     downsample_rate: float | None = _DOWNSAMPLE,
@@ -149,8 +154,10 @@ def run_cmd(
     cores: int | None = _CORES,
     read_latency_ms: float = _LATENCY,
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    out_dir: Path | None = typer.Option(None, "--out", help="Directory for summary.json."),
 ) -> None:
-    """Run the live pipeline with a fixed allocation and report throughput per stage."""
+    """Run the live pipeline and report throughput, per-stage metrics, hand-off and consumer
+    CPU."""
     from recperf.ingest import api
 
     cfg = _pipeline_config(
@@ -159,9 +166,17 @@ def run_cmd(
     )  # fmt: skip
     with progress_bar(f"running the pipeline for {seconds:g} s") as bar:
         out = api.run(data, alloc, cfg, seconds, cores=cores, progress=bar)
+    if out_dir is not None:
+        from recperf.core.results import write_json
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_json(out_dir / "summary.json", out)
     if json_out:
         typer.echo(dumps_json(out), nl=False)
-    table = Table(title=f"{out['throughput_rows_per_s']:,.0f} rows/s over {out['seconds']:.1f} s")
+    table = Table(
+        title=f"{out['throughput_rows_per_s']:,.0f} rows/s over {out['seconds']:.1f} s; "
+        f"{out['allocation']['label']}"
+    )
     for col in ("stage", "workers", "rows/s", "busy", "queue fill", "CPU µs/row"):
         table.add_column(col, justify="left" if col == "stage" else "right")
     for s in out["per_stage"]:
@@ -171,9 +186,15 @@ def run_cmd(
     err_console.print(table)
     err_console.print(
         f"peak memory {out['peak_memory_bytes'] / 2**20:,.0f} MiB of "
-        f"{out['memory_budget_bytes'] / 2**20:,.0f} MiB; {out['restarts']} worker restarts",
+        f"{out['memory_budget_bytes'] / 2**20:,.0f} MiB; {out['restarts']} worker restarts; "
+        f"hand-off {_us(out['handoff_us_per_row'])} and consumer {_us(out['consumer_us_per_row'])}"
+        " CPU µs/row",
         highlight=False,
     )
+
+
+def _us(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 @app.command("tune")
@@ -195,7 +216,7 @@ def tune_cmd(
     final_s: float = typer.Option(4.0, help="Seconds measuring the chosen allocation."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Tune the live pipeline's workers per stage; write the allocation `run --alloc` reads."""
+    """Tune the live pipeline's cuts and workers; write the allocation `run --alloc` reads."""
     from recperf.ingest import api
     from recperf.ingest.base import Measurement
 
@@ -206,7 +227,7 @@ def tune_cmd(
 
     def show(m: Measurement) -> None:
         err_console.print(
-            f"  {list(m.allocation.workers)}: {m.throughput_rows_per_s:,.0f} rows/s",
+            f"  {m.allocation.label(cfg.stage_names())}: {m.throughput_rows_per_s:,.0f} rows/s",
             highlight=False,
         )
 
@@ -217,7 +238,8 @@ def tune_cmd(
     if json_out:
         typer.echo(dumps_json(summary), nl=False)
     err_console.print(
-        f"{tuner}: {summary['allocation']} -> {summary['throughput_rows_per_s']:,.0f} rows/s = "
+        f"{tuner}: {summary['allocation']['label']} -> "
+        f"{summary['throughput_rows_per_s']:,.0f} rows/s = "
         f"{summary['fraction_of_bound']:.2f} of the bound {summary['bound_rows_per_s']:,.0f} "
         f"(from measured stage costs) after {summary['tuning_s']:.0f} s; wrote "
         f"{out / 'allocation.toml'}",

@@ -1,13 +1,14 @@
 """DLRM training-data ingestion: Criteo-format data, the live pipeline, its simulator and tuners.
 
-``Pipeline``, ``PipelineConfig`` and ``Batch`` are imported lazily (they pull in torch).
+``Pipeline``, ``PipelineConfig``, ``Batch``, ``PipelineDataset`` (a torch IterableDataset) and
+``batches`` (a plain iterator) are imported lazily (they pull in torch).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Batch", "Pipeline", "PipelineConfig"]
+__all__ = ["Batch", "Pipeline", "PipelineConfig", "PipelineDataset", "batches"]
 
 
 def __getattr__(name: str) -> Any:
@@ -19,4 +20,8 @@ def __getattr__(name: str) -> Any:
         from recperf.ingest.live import batch
 
         return getattr(batch, name)
+    if name in ("PipelineDataset", "batches"):
+        from recperf.ingest.live import dataset
+
+        return getattr(dataset, name)
     raise AttributeError(f"module 'recperf.ingest' has no attribute {name!r}")

@@ -35,7 +35,7 @@ def stage_table(names: tuple[str, ...], m: Measurement) -> list[dict[str, Any]]:
     return [
         {
             "stage": n,
-            "workers": m.allocation.workers[i],
+            "workers": m.allocation.stage_workers(len(names))[i],
             "rows_per_s": m.stage_rows_per_s[i],
             "busy_frac": m.busy_frac[i],
             "queue_fill": m.queue_fill[i],
@@ -46,14 +46,43 @@ def stage_table(names: tuple[str, ...], m: Measurement) -> list[dict[str, Any]]:
     ]
 
 
+def allocation_json(names: tuple[str, ...], alloc: Allocation) -> dict[str, Any]:
+    """An allocation as JSON: its segments (stages, workers) and a readable label."""
+    segs = alloc.segments(len(names))
+    return {
+        "label": alloc.label(names),
+        "segments": [
+            {"stages": list(names[a:b]), "workers": w}
+            for w, (a, b) in zip(alloc.workers, segs, strict=True)
+        ],
+    }
+
+
 def resolve_allocation(alloc: str | Path, pipeline_stages: tuple[str, ...]) -> Allocation | str:
-    """``even`` or an allocation TOML file."""
-    if str(alloc) == "even":
-        return "even"
+    """``fused``, ``even``, ``auto`` or an allocation TOML file."""
+    if str(alloc) in ("fused", "even", "auto"):
+        return str(alloc)
     path = Path(alloc)
     if not path.is_file():
-        raise ConfigError(f"--alloc {alloc}: expected 'even' or an allocation TOML file")
+        raise ConfigError(f"--alloc {alloc}: expected fused, even, auto or an allocation TOML file")
     return read_allocation(path, pipeline_stages)
+
+
+def auto_allocation(
+    data: str | Path,
+    config: PipelineConfig,
+    tuner: str = "plumber",
+    tune_s: float = 8.0,
+    cores: int | None = None,
+) -> Allocation:
+    """A short live tuning (``tuner`` for ``tune_s`` seconds, after a 1-s warm-up) on a
+    pipeline of its own; its choice."""
+    if not tune_s > 0:
+        raise ConfigError(f"tune_s = {tune_s!r}: expected > 0")
+    impl = TUNERS.create(tuner)
+    with Pipeline(data, _repeating(config), cores=cores) as p:
+        target = LiveTarget(p, settle_s=0.3, warmup_s=1.0)
+        return check_tuner(impl, target, tune_s, config.seed).allocation
 
 
 def run(
@@ -72,6 +101,11 @@ def run(
         raise ConfigError(f"seconds = {seconds}: expected > 0")
     cfg = _repeating(config)
     allocation = resolve_allocation(alloc, cfg.stage_names())
+    tuned_s = 0.0
+    if allocation == "auto":
+        t0 = time.monotonic()
+        allocation = auto_allocation(data, config, cores=cores)
+        tuned_s = time.monotonic() - t0
     with Pipeline(data, cfg, allocation=allocation, cores=cores) as p:
         it = iter(p)
         t_end = time.monotonic() + warmup_s
@@ -88,7 +122,8 @@ def run(
         return {
             "data": str(data),
             "stages": list(p.stage_names),
-            "allocation": dict(zip(p.stage_names, p.allocation.workers, strict=True)),
+            "allocation": allocation_json(p.stage_names, p.allocation),
+            "tuning_s": tuned_s,
             "cores": p.cores,
             "batch_size": cfg.batch_size,
             "throughput_rows_per_s": m.throughput_rows_per_s,
@@ -98,8 +133,14 @@ def run(
             "peak_memory_bytes": b.peak_memory_bytes,
             "memory_budget_bytes": p.memory_budget_bytes,
             "restarts": sum(s.restarts for s in b.stages),
+            "handoff_us_per_row": _finite(m.handoff_us_per_row),
+            "consumer_us_per_row": _finite(m.consumer_us_per_row),
             "per_stage": stage_table(p.stage_names, m),
         }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _repeating(config: PipelineConfig) -> PipelineConfig:
@@ -142,7 +183,7 @@ def tune(
             "seed": seed,
             "cores": p.cores,
             "stages": list(names),
-            "allocation": dict(zip(names, result.allocation.workers, strict=True)),
+            "allocation": allocation_json(names, result.allocation),
             "throughput_rows_per_s": final.throughput_rows_per_s,
             "bound_rows_per_s": bound.throughput_rows_per_s,
             "bound_binding": bound.binding,
@@ -156,11 +197,13 @@ def tune(
             "stage_cost_us_per_row": dict(
                 zip(names, (s.cost_us_per_row for s in spec.stages), strict=True)
             ),
+            "handoff_us_per_row": _finite(final.handoff_us_per_row),
+            "consumer_us_per_row": _finite(final.consumer_us_per_row),
             "per_stage": stage_table(names, final),
             "history": [
                 {
                     "elapsed_s": s.elapsed_s,
-                    "allocation": list(s.allocation.workers),
+                    "allocation": s.allocation.label(names),
                     "throughput_rows_per_s": s.throughput_rows_per_s,
                 }
                 for s in result.history

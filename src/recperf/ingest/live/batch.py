@@ -27,7 +27,10 @@ class PipelineConfig:
     """Batches whose rows a shuffle task permutes among themselves (>= 1); 0 leaves the shuffle
     stage out."""
     queue_batches: int = 4
-    """Batches buffered before each stage and at the output (>= 1)."""
+    """Batches buffered at the output beyond what the workers are filling (>= 1)."""
+    chunk_rows: int = 65_536
+    """Rows a worker takes at once, rounded to whole batches: at least one shuffle window, at
+    most 16 batches and one Parquet row group (>= 1)."""
     seed: int = 0
     """Seeds the split order, the shuffle and the downsampling."""
     epochs: int | None = 1
@@ -48,6 +51,7 @@ class PipelineConfig:
             check_range("downsample_rate", self.downsample_rate, 0.0, 1.0, lo_open=True)
         check_range("shuffle_window", self.shuffle_window, 0, None)
         check_range("queue_batches", self.queue_batches, 1, None)
+        check_range("chunk_rows", self.chunk_rows, 1, None)
         if self.epochs is not None:
             check_range("epochs", self.epochs, 1, None)
         check_range("memory_budget_gib", self.memory_budget_gib, 0.0, None, lo_open=True)
@@ -63,7 +67,7 @@ class PipelineConfig:
         return (*names, "collate")
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True, frozen=True, weakref_slot=True)
 class Batch:
     """One training batch: dense features, labels, and the 26 sparse features as the values,
     lengths and offsets of a KeyedJaggedTensor (feature-major; a missing value is an empty bag)."""

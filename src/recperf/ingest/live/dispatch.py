@@ -168,8 +168,8 @@ class Dispatcher:
                 return False
             chunk.slots = slots
             return True
+        # chunks in flight to the cut are budgeted per producing worker (memory_bytes)
         queued = sum(1 for c in self._waiting if c.stage == stop)
-        queued += sum(1 for w in self._workers if w.task is not None and w.segment[1] == stop)
         if not head and queued >= self.cut_cap(stop):
             return False
         chunk.lent = self._free.pop() if self._free else None

@@ -19,6 +19,7 @@ import multiprocessing as mp
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -39,7 +40,7 @@ from recperf.ingest.live.dispatch import (
 )
 from recperf.ingest.live.items import ItemRef
 from recperf.ingest.live.plan import Plan
-from recperf.ingest.live.ring import Ring, SlotMaps
+from recperf.ingest.live.ring import Ring, Slot, SlotMaps
 from recperf.ingest.live.workers import DoneMsg, FailMsg, SegmentWork, TaskMsg, worker_main
 
 __all__ = ["Pipeline", "sweep_stale_items"]
@@ -50,9 +51,10 @@ class Pipeline(Dispatcher):
     """Criteo rows in ``data`` (a file or directory of Parquet / TSV shards) through read,
     dense, sparse, [downsample], [shuffle] and collate; iterate it for ``Batch``es.
 
-    A batch's tensors are views into a ring slot: valid until the next batch is taken from the
-    iterator (the slot is then reused). Keep one longer with ``batch.clone()``, or pass
-    ``copy=True`` to get batches that own their memory."""
+    A batch's tensors are views into a ring slot, which returns to the ring when the ``Batch``
+    is dropped: keep the Batch while using its tensors (a tensor taken out of it and kept after
+    the Batch is gone sees the slot's next batch; ``batch.clone()`` or ``copy=True`` gives
+    batches that own their memory). Holding many batches grows the ring."""
 
     def __init__(
         self,
@@ -88,7 +90,6 @@ class Pipeline(Dispatcher):
         self._prefix = f"rp{os.getpid()}x{next(_RUN_IDS)}"
         self._ring = Ring(self._prefix, self.slot_bytes)
         self._maps = SlotMaps(self.slot_bytes)
-        self._held: Output | None = None
         self._ctx: Any = None
         self._dirty = True
         self._last_t = time.monotonic()
@@ -97,7 +98,7 @@ class Pipeline(Dispatcher):
 
     def _resolve(self, allocation: Allocation | Sequence[int] | str) -> Allocation:
         if isinstance(allocation, Allocation):
-            return allocation.normalized(len(self.stage_names))
+            return allocation  # _check normalises it (and refuses a bad one)
         if isinstance(allocation, str):
             from recperf.ingest.base import even_split, fused
 
@@ -210,7 +211,6 @@ class Pipeline(Dispatcher):
                 w.proc.join(timeout=2)
             w.conn.close()
         self._workers.clear()
-        self._held = None
         self._maps.close()
         self._ring.unlink()
         for path in items.SHM_DIR.glob(f"{self._prefix}-*"):
@@ -450,9 +450,6 @@ class Pipeline(Dispatcher):
     def _take(self) -> Batch | None:
         t_cpu = time.thread_time()
         with self._lock:
-            if self._held is not None:  # the consumer is done with the previous batch
-                self._ring.give_back([self._held.slot])
-                self._held = None
             while True:
                 if self._error is not None:
                     err = self._error
@@ -473,15 +470,21 @@ class Pipeline(Dispatcher):
         batch = Batch.from_tensors(self._maps.tensors(out.slot.path, out.layout))
         if self.copy:
             batch = batch.clone()
+            self._release(out.slot)
+        else:
+            # the slot goes back to the ring when the consumer drops the batch
+            weakref.finalize(batch, self._release, out.slot)
         with self._lock:
-            if self.copy:
-                self._ring.give_back([out.slot])
-            else:
-                self._held = out
             self._rows_out += batch.size
             self._batches_out += 1
             self._consumer_cpu_s += time.thread_time() - t_cpu
         return batch
+
+    def _release(self, slot: Slot) -> None:
+        with self._lock:
+            if not self._closed:
+                self._ring.give_back([slot])
+                self._lock.notify_all()
 
 
 class _Shape:

@@ -37,11 +37,11 @@ class Plan:
         self.groups: dict[tuple[str, int], list[int]] = {}
         for i, s in enumerate(self.splits):
             self.groups.setdefault((s.file, s.group), []).append(i)
-        # A chunk is about 64k rows (a whole Parquet row group of the generated data, so no
+        # A chunk is chunk_rows rows (by default a whole row group of the generated data, so no
         # group is decoded twice), at least one shuffle window, at most 16 batches; TSV files
         # are cut into runs of that many splits. Shuffle windows lie inside chunks, so the rows
         # of every batch depend on the seed and the data only, never on the allocation.
-        want = max(config.shuffle_window, -(-65_536 // config.batch_size))
+        want = max(config.shuffle_window, -(-config.chunk_rows // config.batch_size))
         self.read_task_splits = max(1, min(16, want, max(len(g) for g in self.groups.values())))
         self.items_per_epoch = len(self.splits)
         epochs = config.epochs

@@ -5,7 +5,6 @@ batch crosses from worker to trainer with one copy (into the slot) and no pickli
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 from collections.abc import Mapping
@@ -121,9 +120,9 @@ class SlotMaps:
         return out
 
     def close(self) -> None:
-        for mm in self._maps.values():
-            with contextlib.suppress(BufferError):  # a caller still holds a view: it keeps it
-                mm.close()
+        """Drop this object's mappings. Never ``mmap.close()``: torch tensors made by
+        ``frombuffer`` keep the mmap object, not a buffer export, so closing would unmap
+        memory a caller's tensors still point at; each mapping goes when its last user does."""
         self._maps.clear()
 
 
