@@ -208,8 +208,9 @@ class Dispatcher:
             workers = [(w.segment, w.proc.pid, w.retiring) for w in self._workers]
         pss = {pid: pss_mib(pid) for _, pid, _ in workers}
         with self._lock:
+            est = self.config.worker_memory_mib  # a floor: PSS of a new fork understates it
             for seg, pid, _ in workers:
-                self._seg_mib[seg] = max(self._seg_mib.get(seg, 0.0), pss[pid])
+                self._seg_mib[seg] = max(self._seg_mib.get(seg, est), pss[pid])
             total = float(self._shm_bytes + self._ring.nbytes + sum(s for _, s in self._free))
             total += sum(pss.values()) * MIB
             stages = []
