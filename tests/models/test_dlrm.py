@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recperf.core.errors import ConfigError
-from recperf.ingest.data import stages
+from recperf.ingest.data import decode, stages
 from recperf.ingest.data.criteo import CARDINALITIES, GenerateConfig, generate, read_table
 from recperf.ingest.live.batch import Batch
 from recperf.models.dlrm import DLRM, DLRMConfig, TorchEmbeddingBags, dot_interaction
@@ -111,7 +111,9 @@ def test_dlrm_consumes_an_ingest_batch(tmp_path: Path) -> None:
     generate(GenerateConfig(rows=300, seed=0), tmp_path)
     batch_rb = read_table(tmp_path).combine_chunks().to_batches()[0]
     cols = stages.collate(
-        stages.sparse_transform(stages.dense_transform(stages.decode(batch_rb, 0)))
+        stages.sparse_transform(
+            stages.dense_transform(decode.arrow_columns(batch_rb, 0, "<table>"))
+        )
     )
     batch = Batch.from_columns(cols)
     cfg = DLRMConfig(table_rows=tuple(min(c, 1000) for c in CARDINALITIES), embedding_dim=4)

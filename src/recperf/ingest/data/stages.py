@@ -4,29 +4,20 @@ read stage works through (Parquet row-group slices, TSV byte ranges)."""
 from __future__ import annotations
 
 import gzip
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal, cast
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
 from recperf.core.errors import TraceFormatError
-from recperf.ingest.data.criteo import (
-    CARDINALITIES,
-    CAT_FEATURES,
-    COLUMNS,
-    INT_FEATURES,
-    SCHEMA,
-    _check_line,
-    _files,
-    open_parquet,
-)
-
-Columns = dict[str, np.ndarray]
+from recperf.ingest.data import decode as dec
+from recperf.ingest.data.criteo import _files, open_parquet
+from recperf.ingest.data.decode import BadRow as BadRow
+from recperf.ingest.data.decode import Columns as Columns
 
 # ------------------------------------------------------------------------------------ splits
 
@@ -81,8 +72,11 @@ def plan_splits(data: str | Path, rows_per_split: int) -> tuple[list[Split], lis
                     row += b - a
             continue
         kind: SplitKind = "gz" if path.name.endswith(".gz") else "tsv"
-        with _open(path) as fh:
-            ends = list(_line_ends(fh))
+        try:
+            with _open(path) as fh:
+                ends = list(_line_ends(fh))
+        except _READ_ERRORS as exc:
+            raise TraceFormatError(path, None, None, f"cannot read: {exc}") from None
         start = 0
         for i in range(0, len(ends), rows_per_split):
             chunk = ends[i : i + rows_per_split]
@@ -93,6 +87,9 @@ def plan_splits(data: str | Path, rows_per_split: int) -> tuple[list[Split], lis
     return splits, counts
 
 
+_READ_ERRORS = (OSError, EOFError, zlib.error)  # EOFError, zlib.error: a truncated, corrupt .gz
+
+
 def _open(path: str | Path) -> IO[bytes]:
     if str(path).endswith(".gz"):
         return cast(IO[bytes], gzip.open(path, "rb"))
@@ -100,15 +97,16 @@ def _open(path: str | Path) -> IO[bytes]:
 
 
 class SplitReader:
-    """Reads splits as RecordBatches with ``SCHEMA``; keeps the last Parquet row group and an
-    open gzip stream so that a worker reading one group's splits in order reads each byte once."""
+    """Does the whole read stage: a split to row-aligned and dictionary columns (see
+    ``decode.arrow_columns``). Keeps the last Parquet file and decoded row group, and an open
+    gzip stream, so that a worker reading one group's splits in order decodes each byte once."""
 
     def __init__(self) -> None:
-        self._group: tuple[str, int] | None = None
-        self._table: pa.Table | None = None
+        self._file: tuple[str, pq.ParquetFile] | None = None
+        self._group: tuple[tuple[str, int], dec.RowGroup] | None = None
         self._gz: tuple[str, IO[bytes], int] | None = None
 
-    def read(self, split: Split) -> pa.RecordBatch:
+    def read(self, split: Split) -> Columns:
         if split.kind == "parquet":
             return self._parquet(split)
         if split.kind == "tsv":
@@ -117,22 +115,20 @@ class SplitReader:
                 data = fh.read(split.b - split.a)
         else:
             data = self._gz_read(split)
-        return _parse_tsv(data, split)
+        return dec.parse_tsv(data, split.file, split.first_line, split.first_row)
 
-    def _parquet(self, split: Split) -> pa.RecordBatch:
-        if self._group != (split.file, split.group) or self._table is None:
-            pf = pq.ParquetFile(split.file)
-            table = pf.read_row_group(split.group, columns=list(COLUMNS))
-            try:
-                self._table = table.cast(SCHEMA).combine_chunks()
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                why = f"cannot cast to the Criteo schema: {exc}"
-                raise TraceFormatError(split.file, None, None, why) from None
-            self._group = (split.file, split.group)
-        batches = self._table.slice(split.a, split.b - split.a).to_batches()
-        if len(batches) == 1:
-            return batches[0]
-        return pa.Table.from_batches(batches, schema=SCHEMA).combine_chunks().to_batches()[0]
+    def _parquet(self, split: Split) -> Columns:
+        key = (split.file, split.group)
+        if self._group is None or self._group[0] != key:
+            self._group = None  # free the last group before the next is read
+            if self._file is None or self._file[0] != split.file:
+                plain = open_parquet(Path(split.file))  # names a missing column
+                self._file = (split.file, dec.open_dictionary_parquet(split.file, plain.metadata))
+            # the group's first row's id, so an error anywhere in the group names its row
+            group_row = split.first_row - split.a
+            cols = dec.read_parquet_group(self._file[1], split.file, split.group, group_row)
+            self._group = (key, dec.RowGroup(cols))
+        return self._group[1].split(split.a, split.b)
 
     def _gz_read(self, split: Split) -> bytes:
         if self._gz is None or self._gz[0] != split.file or self._gz[2] > split.a:
@@ -140,106 +136,36 @@ class SplitReader:
                 self._gz[1].close()
             self._gz = (split.file, _open(split.file), 0)
         name, fh, pos = self._gz
-        while pos < split.a:  # skip forward (only when another worker read the splits between)
-            pos += len(fh.read(min(split.a - pos, 16 << 20)))
-        data = fh.read(split.b - split.a)
+        try:
+            while pos < split.a:  # skip forward (only when another worker read splits between)
+                pos += len(fh.read(min(split.a - pos, 16 << 20)))
+            data = fh.read(split.b - split.a)
+        except _READ_ERRORS as exc:
+            fh.close()
+            self._gz = None
+            raise TraceFormatError(name, None, None, f"cannot read: {exc}") from None
         self._gz = (name, fh, split.b)
         return data
-
-
-def _parse_tsv(data: bytes, split: Split) -> pa.RecordBatch:
-    read = pcsv.ReadOptions(column_names=list(COLUMNS), block_size=max(1 << 20, len(data) + 1))
-    parse = pcsv.ParseOptions(delimiter="\t", quote_char=False, escape_char=False)
-    convert = pcsv.ConvertOptions(
-        column_types=SCHEMA, null_values=[""], strings_can_be_null=True, check_utf8=False
-    )
-    try:
-        table = pcsv.read_csv(pa.BufferReader(data), read, parse, convert)
-        label = table.column("label").to_numpy(zero_copy_only=False)
-        if table.column("label").null_count or (
-            label.size and (label.min() < 0 or label.max() > 1)
-        ):
-            raise pa.ArrowInvalid("label must be 0 or 1")
-    except pa.ArrowInvalid as exc:
-        for i, line in enumerate(data.splitlines()):
-            bad = _check_line(line.rstrip(b"\r").split(b"\t"))
-            if bad is not None:
-                raise TraceFormatError(split.file, split.first_line + i, bad[0], bad[1]) from None
-        raise TraceFormatError(
-            split.file, split.first_line, None, str(exc).splitlines()[0]
-        ) from None
-    return table.combine_chunks().to_batches()[0]
 
 
 # ------------------------------------------------------------------------------ stage work
 
 
-class BadRow(ValueError):
-    """A row with an unusable value; the coordinator maps ``row_id`` to its file and line."""
-
-    def __init__(self, row_id: int, field: str, why: str) -> None:
-        super().__init__(f"row {row_id}: {field}: {why}")
-        self.row_id, self.field, self.why = row_id, field, why
-
-
-def decode(batch: pa.RecordBatch, first_row: int) -> Columns:
-    """Arrow rows to columns: label, dense (float64, NaN for missing), cats (8 ASCII bytes per
-    feature, zeros for missing) and the global row id of every row."""
-    n = batch.num_rows
-    row_id = np.arange(first_row, first_row + n, dtype=np.int64)
-    dense = np.empty((n, len(INT_FEATURES)), np.float64)
-    for j, name in enumerate(INT_FEATURES):
-        dense[:, j] = batch.column(name).to_numpy(zero_copy_only=False)
-    cats = np.zeros((n, len(CAT_FEATURES), 8), np.uint8)
-    for j, name in enumerate(CAT_FEATURES):
-        col = batch.column(name)
-        offsets = np.frombuffer(col.buffers()[1], np.int32)[col.offset : col.offset + n + 1]
-        lengths = np.diff(offsets)
-        bad = np.flatnonzero((lengths != 8) & (lengths != 0))
-        if bad.size:
-            raise BadRow(int(row_id[bad[0]]), name, "expected 8 hex digits or an empty field")
-        data_buf = col.buffers()[2]
-        if data_buf is None or not lengths.any():
-            continue
-        data = np.frombuffer(data_buf, np.uint8)
-        full = np.flatnonzero(lengths == 8)
-        cats[full, j, :] = data[offsets[full, None] + np.arange(8)]
-    label = batch.column("label").to_numpy(zero_copy_only=False).astype(np.int8)
-    return {"row_id": row_id, "label": label, "dense": dense, "cats": cats}
-
-
 def dense_transform(cols: Columns) -> Columns:
     """Fill missing with 0, clip negatives to 0, log1p; float32."""
-    x = np.nan_to_num(cols["dense"], nan=0.0)
-    np.maximum(x, 0.0, out=x)
-    dense = np.log1p(x).astype(np.float32)
+    # fmax ignores NaN, so one pass does both the fill and the clip; log1p runs in float64
+    # (as it always has, for the same float32 bits) into that fresh array, then rounds once
+    x = np.fmax(cols["dense"], 0.0)
+    dense = np.log1p(x, out=x).astype(np.float32)
     return {**cols, "dense": dense}
 
 
-_NIBBLE = np.full(256, 255, np.uint8)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _NIBBLE[_c] = _i
-for _i, _c in enumerate(b"ABCDEF", start=10):
-    _NIBBLE[_c] = _i
-_CARD = np.asarray(CARDINALITIES, np.int64)
-
-
 def sparse_transform(cols: Columns) -> Columns:
-    """8-hex-digit strings to ints, modulo each feature's table size; ``present`` marks the
-    non-missing entries (a missing feature becomes an empty bag at collate)."""
-    cats = cols["cats"]
-    present = cats[:, :, 0] != 0
-    nib = _NIBBLE[cats]
-    bad = (nib == 255) & present[:, :, None]
-    if bad.any():
-        i, j, _ = np.argwhere(bad)[0]
-        raise BadRow(int(cols["row_id"][i]), CAT_FEATURES[j], "not a hexadecimal string")
-    nib[~present] = 0
-    value = np.zeros(present.shape, np.int64)
-    for k in range(8):
-        value = (value << 4) | nib[:, :, k]
-    ids = (value % _CARD).astype(np.int32)  # every table has < 2**31 rows; half the bytes
-    rest = {k: v for k, v in cols.items() if k != "cats"}
+    """The dictionary columns to ``ids`` (8-hex-digit value modulo each feature's table size)
+    and ``present`` (the non-missing entries; a missing feature becomes an empty bag at
+    collate). Each dictionary entry is decoded once; rows gather by code."""
+    ids, present = dec.lookup_ids(cols)
+    rest = {k: v for k, v in cols.items() if k not in dec.DICT_KEYS}
     return {**rest, "ids": ids, "present": present}
 
 
@@ -250,34 +176,36 @@ def downsample(cols: Columns, rate: float, seed: int) -> Columns:
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z ^= z >> np.uint64(31)
-    keep = (cols["label"] == 1) | (z < np.uint64(min(rate, 1.0) * 2.0**64 - 1))
-    return {k: v[keep] for k, v in cols.items()}
+    keep = np.flatnonzero((cols["label"] == 1) | (z < np.uint64(min(rate, 1.0) * 2.0**64 - 1)))
+    return {k: np.take(v, keep, axis=0) for k, v in cols.items()}  # take: ~4x a mask's speed
 
 
 def shuffle(items: Sequence[Columns], seed: int, window: int) -> list[Columns]:
     """Permute the rows of a window of items among themselves (seeded by ``seed`` and the
     window index) and cut them back into items of the same sizes."""
     sizes = [len(it["row_id"]) for it in items]
-    merged = {k: np.concatenate([it[k] for it in items]) for k in items[0]}
+    if len(items) == 1:
+        merged = dict(items[0])
+    else:
+        merged = {k: np.concatenate([it[k] for it in items]) for k in items[0]}
     perm = np.random.default_rng([seed, window]).permutation(sum(sizes))
-    cuts = np.cumsum(sizes)[:-1]
-    parts = np.split(perm, cuts)
-    return [{k: v[p] for k, v in merged.items()} for p in parts]
+    parts = np.split(perm, np.cumsum(sizes)[:-1])
+    return [{k: np.take(v, p, axis=0) for k, v in merged.items()} for p in parts]
 
 
 def collate(cols: Columns) -> Columns:
     """Training layout: dense float32 [n,13], labels float32, and the 26 sparse features as
     KeyedJaggedTensor values/lengths/offsets in feature-major order (missing = empty bag)."""
-    present_t = cols["present"].T
-    values = cols["ids"].T[present_t].astype(np.int64)
-    lengths = present_t.astype(np.int32).reshape(-1)
-    offsets = np.zeros(lengths.size + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
+    # transpose into contiguous copies first: masking a transposed view is ~3x slower
+    present = np.ascontiguousarray(cols["present"].T).reshape(-1)
+    ids = cols["ids"].T.astype(np.int64, order="C").reshape(-1)
+    offsets = np.zeros(present.size + 1, np.int32)
+    np.cumsum(present, out=offsets[1:])
     return {
         "row_id": cols["row_id"],
         "labels": cols["label"].astype(np.float32),
         "dense": np.ascontiguousarray(cols["dense"], np.float32),
-        "values": values,
-        "lengths": lengths,
+        "values": ids[present],
+        "lengths": present.astype(np.int32),
         "offsets": offsets,
     }

@@ -1,0 +1,125 @@
+"""Single-core cost per row of the ingestion chain read → dense → sparse → collate (no shuffle)
+over Criteo TSV and Parquet shards, for the stage functions in ``recperf.ingest.data.stages``
+and, with ``--baseline``, for another copy of that module (e.g. the previous commit's); medians of
+interleaved repeats, each a full pass with a fresh SplitReader as one worker would read.
+
+    .venv/bin/recperf ingest generate --rows 1000000 --shards 8 --format tsv \\
+        --out /tmp/decode-bench/tsv
+    .venv/bin/recperf ingest generate --rows 1000000 --shards 8 --format parquet \\
+        --out /tmp/decode-bench/parquet
+    git show HEAD:src/recperf/ingest/data/stages.py > /tmp/decode-bench/old_stages.py
+    taskset -c 0 .venv/bin/python benchmarks/ingest_decode.py --data /tmp/decode-bench \\
+        --baseline /tmp/decode-bench/old_stages.py --out out/bench/ingest_decode.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from recperf.ingest.data import stages
+
+STAGES = ("read", "dense", "sparse", "collate")
+
+
+def load_module(path: Path) -> ModuleType:
+    """A stages module from a file, under a name of its own."""
+    spec = importlib.util.spec_from_file_location("baseline_stages", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+def make_read(mod: ModuleType) -> Callable[[Any], dict[str, np.ndarray]]:
+    """``read(split) -> Columns`` with a fresh SplitReader of ``mod``; a module from before the
+    decode kernels reads Arrow batches and needs its ``decode`` on top (counted as read)."""
+    reader = mod.SplitReader()
+    if not hasattr(mod, "decode"):
+        read: Callable[[Any], dict[str, np.ndarray]] = reader.read
+        return read
+
+    def read_and_decode(split: Any) -> dict[str, np.ndarray]:
+        cols: dict[str, np.ndarray] = mod.decode(reader.read(split), split.first_row)
+        return cols
+
+    return read_and_decode
+
+
+def one_pass(mod: ModuleType, splits: list[Any]) -> dict[str, float]:
+    """Seconds spent in each stage over all splits, and the rows."""
+    read = make_read(mod)
+    spent = dict.fromkeys(STAGES, 0.0)
+    rows = 0
+    for split in splits:
+        t0 = time.perf_counter()
+        cols = read(split)
+        t1 = time.perf_counter()
+        cols = mod.dense_transform(cols)
+        t2 = time.perf_counter()
+        cols = mod.sparse_transform(cols)
+        t3 = time.perf_counter()
+        out = mod.collate(cols)
+        t4 = time.perf_counter()
+        for stage, dt in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            spent[stage] += dt
+        rows += len(out["row_id"])
+    return {**spent, "rows": float(rows)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=Path("/tmp/decode-bench"))
+    ap.add_argument("--formats", nargs="+", default=["tsv", "parquet"])
+    ap.add_argument("--rows-per-split", type=int, default=4096)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--baseline", type=Path, default=None, help="a stages.py to compare with")
+    ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    args = ap.parse_args()
+    pa.set_cpu_count(1)  # one worker is one core: no hidden thread pool for either version
+    impls: dict[str, ModuleType] = {"new": stages}
+    if args.baseline is not None:
+        impls = {"baseline": load_module(args.baseline), **impls}
+    plans = {f: stages.plan_splits(args.data / f, args.rows_per_split)[0] for f in args.formats}
+    for splits in plans.values():  # warm the page cache and every code path once
+        for mod in impls.values():
+            one_pass(mod, splits)
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for r in range(args.repeats):
+        for fmt, splits in plans.items():
+            for name, mod in impls.items():
+                res = one_pass(mod, splits)
+                runs.setdefault((fmt, name), []).append(res)
+                total = sum(res[s] for s in STAGES) / res["rows"] * 1e6
+                print(f"repeat {r}: {fmt:8s} {name:9s} {total:.3f} µs/row", file=sys.stderr)
+    results = []
+    for (fmt, name), rs in runs.items():
+        row: dict[str, Any] = {"format": fmt, "impl": name, "rows": int(rs[0]["rows"])}
+        row["total_us_per_row"] = statistics.median(
+            sum(x[s] for s in STAGES) / x["rows"] * 1e6 for x in rs
+        )
+        for s in STAGES:
+            row[f"{s}_us_per_row"] = statistics.median(x[s] / x["rows"] * 1e6 for x in rs)
+        results.append(row)
+        parts = ", ".join(f"{s} {row[f'{s}_us_per_row']:.3f}" for s in STAGES)
+        print(f"{fmt:8s} {name:9s} {row['total_us_per_row']:.3f} µs/row ({parts})")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"rows_per_split": args.rows_per_split, "repeats": args.repeats}
+        args.out.write_text(json.dumps({**meta, "results": results}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
