@@ -9,11 +9,20 @@ import pytest
 from typer.testing import CliRunner
 
 from recperf.cli.main import app
+from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuners import dqn
 
 runner = CliRunner()
 KEYS = {
+    "allocation",
+    "workers",
+    "cuts",
+    "stage_workers",
+    "lp_cuts",
+    "oracle_allocation",
+    "oracle_rows_per_s",
+    "fraction_of_oracle",
     "throughput_rows_per_s",
     "lp_bound_rows_per_s",
     "fraction_of_bound",
@@ -38,9 +47,20 @@ def test_simulate_json(tuner: str) -> None:
     spec = sim.load_spec("criteo-16")
     bound = sim.lp_bound(spec).throughput_rows_per_s
     assert summary["lp_bound_rows_per_s"] == pytest.approx(bound)
-    thr = spec.throughput(summary["allocation"])
+    alloc = Allocation(workers=tuple(summary["workers"]), cuts=tuple(summary["cuts"]))
+    thr = spec.throughput(alloc)
     assert summary["throughput_rows_per_s"] == pytest.approx(thr)
     assert summary["fraction_of_bound"] == pytest.approx(thr / bound)
+    # the readable form: each segment's stages and workers, in chain order
+    segs = summary["allocation"]["segments"]
+    assert [s for seg in segs for s in seg["stages"]] == [s.name for s in spec.stages]
+    assert [seg["workers"] for seg in segs] == summary["workers"]
+    assert len(summary["stage_workers"]) == spec.n_stages
+    assert summary["allocation"]["label"] == alloc.label(spec.stage_names)
+    best = sim.oracle(spec)
+    assert summary["oracle_allocation"]["workers"] == list(best.workers)
+    assert summary["oracle_rows_per_s"] == pytest.approx(spec.throughput(best))
+    assert summary["lp_cuts"] == [1]  # criteo-16's bound: decode | the rest
     assert summary["peak_memory_bytes"] <= summary["memory_budget_bytes"] == 32 * 2**30
     assert 1 <= summary["tuning_steps"] <= 10
 

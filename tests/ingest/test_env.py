@@ -1,4 +1,5 @@
-"""IngestEnv: gymnasium's checker, masks, rewards and seeded random pipelines."""
+"""IngestEnv: gymnasium's checker, masks, rewards and seeded random pipelines; the env's chain
+is every stage its own segment, as intune's agent sees a SegmentTarget view."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from recperf.ingest.sim import env as ienv
-from recperf.ingest.sim.model import lp_bound
-from recperf.ingest.sim.model import oracle as sim_oracle
+from recperf.ingest.sim.model import PipelineSpec, pattern_bound, pattern_oracle
+
+
+def per_stage_oracle(spec: PipelineSpec) -> tuple[int, ...]:
+    best = pattern_oracle(spec, None)
+    assert best is not None
+    return best.workers
 
 
 @pytest.mark.parametrize("spec", [None, "criteo-16", "udf-64", "membound-128"])
@@ -70,7 +76,8 @@ def test_reward_is_throughput_over_bound() -> None:
     spec = env.fixed
     assert spec is not None
     _, r, _, trunc, _ = env.step(ienv.NOOP)
-    frac = spec.throughput((3, 3, 3, 3, 2, 2)) / lp_bound(spec).throughput_rows_per_s
+    # the bound of the env's space: every stage its own segment
+    frac = spec.throughput((3, 3, 3, 3, 2, 2)) / pattern_bound(spec, None).throughput_rows_per_s
     mem = spec.memory_bytes((3, 3, 3, 3, 2, 2)) / (spec.memory_budget_gib * 2**30)
     assert r == pytest.approx(frac - 0.01 * mem)
     assert not trunc
@@ -108,11 +115,12 @@ def test_fit_actions_follow_the_measured_costs() -> None:
     spec = env.fixed
     assert spec is not None and env._ctx is not None
     costs = env.costs()
+    # each stage's measured cost plus the measured hand-off, as SegmentTarget folds them
     assert costs == pytest.approx(spec.row_costs_us())
     fit = ienv.fit(env._ctx, costs)
     # every plan entry adds one worker to the slowest stage, so each maximises min w / c
     assert [sum(w) for w in fit.plan] == list(range(6, ienv.max_total(16, 6) + 1))
-    assert fit.plan[fit.best] == sim_oracle(spec).workers  # the exact optimum within 4 x cores
+    assert fit.plan[fit.best] == per_stage_oracle(spec)  # the exact optimum within 4 x cores
     kind = {k: ienv.ACTIONS.index((k, -1, -1)) for k in range(ienv.FIT_NOW, ienv.FIT_BEST + 1)}
     # the even split already has 16 workers: fitting at the current total equals fit1
     now = ienv.apply(env._ctx, info["allocation"], kind[ienv.FIT_NOW], costs)
@@ -136,4 +144,4 @@ def test_fit_stops_at_a_capped_bottleneck_and_the_memory_budget() -> None:
         last = fit.plan[-1]
         assert spec.memory_bytes(last) <= spec.memory_budget_gib * 2**30
         assert sum(last) < 4 * spec.cores  # stopped early: the cap (udf) or memory binds
-        assert fit.plan[fit.best] == sim_oracle(spec).workers
+        assert fit.plan[fit.best] == per_stage_oracle(spec)

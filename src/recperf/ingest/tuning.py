@@ -1,15 +1,34 @@
 """One simulated tuning run as the CLI and benchmarks report it: a tuner on a SimTarget,
-judged by the model's noise-free throughput against the LP bound and the oracle."""
+judged by the model's noise-free throughput against the LP bound and the oracle (both over every
+cut pattern)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import recperf.ingest.tuners  # noqa: F401 - registers every tuner
+from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
 from recperf.ingest.sim.target import SimTarget
 from recperf.ingest.tuners.base import TUNERS, check_tuner
+
+
+def allocation_summary(alloc: Allocation, stage_names: Sequence[str]) -> dict[str, Any]:
+    """An allocation as JSON: its segments (stages and workers), cut points, per-segment worker
+    list and a one-line label such as ``read+dense x2 | collate x1``."""
+    n = len(stage_names)
+    segs = alloc.segments(n)
+    return {
+        "segments": [
+            {"stages": list(stage_names[a:b]), "workers": w}
+            for (a, b), w in zip(segs, alloc.workers, strict=True)
+        ],
+        "cuts": list(alloc.cut_points(n)),
+        "workers": list(alloc.workers),
+        "label": alloc.label(stage_names),
+    }
 
 
 def simulate(
@@ -20,26 +39,40 @@ def simulate(
     budget_s: float = 200.0,
     noise: float = 0.02,
 ) -> dict[str, Any]:
-    """Run ``tuner`` through check_tuner on a fresh SimTarget; a summary with units in keys."""
+    """Run ``tuner`` through check_tuner on a fresh SimTarget; a summary with units in keys.
+
+    ``allocation`` is the chosen allocation as ``allocation_summary`` writes it;
+    ``stage_workers`` lists each stage's workers (its segment's) and ``workers`` / ``cuts``
+    the list form that ``Allocation(workers=..., cuts=...)`` takes back."""
     pipeline = spec if isinstance(spec, sim.PipelineSpec) else sim.load_spec(spec)
     target = SimTarget(pipeline, seed=seed, noise=noise)
     result = check_tuner(TUNERS.create(tuner), target, budget_s, seed)
     bound = sim.lp_bound(pipeline)
-    best = pipeline.throughput(sim.oracle(pipeline))
-    thr = pipeline.throughput(result.allocation)
+    best = sim.oracle(pipeline)
+    best_thr = pipeline.throughput(best)
+    chosen = result.allocation
+    thr = pipeline.throughput(chosen)
+    names = pipeline.stage_names
+    n = pipeline.n_stages
     return {
         "spec": pipeline.name,
         "tuner": tuner,
         "seed": seed,
         "cores": pipeline.cores,
-        "allocation": list(result.allocation.workers),
+        "allocation": allocation_summary(chosen, names),
+        "workers": list(chosen.workers),
+        "cuts": list(chosen.cut_points(n)),
+        "stage_workers": list(chosen.stage_workers(n)),
+        "bottleneck": pipeline.bottleneck(chosen),
         "throughput_rows_per_s": thr,
         "measured_throughput_rows_per_s": result.throughput_rows_per_s,
         "lp_bound_rows_per_s": bound.throughput_rows_per_s,
         "lp_binding": bound.binding,
-        "oracle_rows_per_s": best,
+        "lp_cuts": list(range(1, n)) if bound.cuts is None else list(bound.cuts),
+        "oracle_rows_per_s": best_thr,
+        "oracle_allocation": allocation_summary(best, names),
         "fraction_of_bound": thr / bound.throughput_rows_per_s,
-        "fraction_of_oracle": thr / best,
+        "fraction_of_oracle": thr / best_thr,
         "peak_memory_bytes": target.peak_memory_bytes,
         "memory_budget_bytes": target.memory_budget_bytes,
         "tuning_steps": result.steps,

@@ -1,5 +1,8 @@
 """The ingestion simulator as a gymnasium env (``recperf/Ingest-v0``), and the observation,
-action and mask encoding that the ``intune`` tuner shares with it on any Target."""
+action and mask encoding that the ``intune`` tuner shares with it on any Target. The agent sees a
+chain of stages, each one worker pool: in the env every stage is its own segment; online, intune
+shows it the segments of its chosen cuts as stages (``tuners.segment.SegmentTarget``), and both
+see per-row costs with the hand-off folded in."""
 
 from __future__ import annotations
 
@@ -13,11 +16,12 @@ import gymnasium as gym
 import numpy as np
 
 from recperf.core.errors import ConfigError
-from recperf.ingest.base import Allocation, Measurement, Target
+from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import target as sim_target
-from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec, lp_bound
+from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec, pattern_bound
 from recperf.ingest.tuners.base import unit_memory
 from recperf.ingest.tuners.model import measured_costs
+from recperf.ingest.tuners.segment import SegmentTarget
 
 MAX_STAGES = 8
 STAGE_FEATURES = 6  # present, busy, queue fill, cpu share, memory share, cost share
@@ -98,7 +102,7 @@ class Context:
         )
 
     def bound(self, costs: Sequence[float]) -> float:
-        """LP bound (rows/s) of a pipeline with these per-row costs (cf. sim.lp_bound)."""
+        """LP bound (rows/s) of a chain with these per-row costs (cf. sim.pattern_bound)."""
         lims = [self.cores * 1e6 / sum(costs)]
         lims += [cap * 1e6 / c for cap, c in zip(self.caps, costs, strict=True) if cap]
         rate = sum(c * p for c, p in zip(costs, self.per_worker_bytes, strict=True))
@@ -326,6 +330,7 @@ class IngestEnv(gym.Env[np.ndarray, np.int64]):
         self.observation_space = gym.spaces.Box(0.0, OBS_HIGH, (OBS_SIZE,), np.float32)
         self.action_space = gym.spaces.Discrete(N_ACTIONS)
         self.target: sim_target.SimTarget | None = None
+        self._view: SegmentTarget | None = None
         self._ctx: Context | None = None
         self._last: Measurement | None = None
         self._seen: list[Measurement] = []
@@ -351,23 +356,24 @@ class IngestEnv(gym.Env[np.ndarray, np.int64]):
         return tuple(measured_costs(self._seen[-COST_WINDOW:]))
 
     def _measure(self, workers: tuple[int, ...]) -> Measurement:
-        assert self.target is not None
-        self._last = self.target.measure(Allocation(workers=workers))
+        assert self._view is not None
+        self._last = self._view.measure(Allocation(workers=workers), 1.0)
         self._seen.append(self._last)
         return self._last
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        from recperf.ingest.base import even_split
-
         super().reset(seed=seed)
         spec = self.fixed or random_spec(self.np_random)
         self.target = sim_target.SimTarget(
             spec, seed=int(self.np_random.integers(2**31)), noise=self.noise
         )
-        self._ctx = Context.of(self.target)
-        self._bound = lp_bound(spec).throughput_rows_per_s
+        # the per-stage view intune's agent sees online at these cuts (hand-off in the costs)
+        self._view = SegmentTarget(self.target, None)
+        self._ctx = Context.of(self._view)
+        # the bound of the space the agent searches: every stage its own segment
+        self._bound = pattern_bound(spec, None).throughput_rows_per_s
         self._seen = []
         self._measure(even_split(self.target).workers)
         self._t = 0

@@ -1,9 +1,8 @@
-"""The simulated pipeline as a tuning ``Target``: measures allocations on the analytic model
-with seeded multiplicative noise and a simulated clock."""
+"""The simulated pipeline as a tuning ``Target``: measures allocations (any cuts) on the analytic
+model with seeded multiplicative noise and a simulated clock, reporting per stage as the live
+pipeline does."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -13,16 +12,19 @@ from recperf.ingest.base import Allocation, AllocationRefused, Measurement
 from recperf.ingest.sim.model import PipelineSpec
 
 QUEUE_FULL = 0.95
-"""Input-queue fill of a stage that is the bottleneck or sits before it (backpressure)."""
+"""Input-queue fill of a segment that is the bottleneck or sits before it (backpressure)."""
 
 
 class SimTarget:
     """A ``Target`` over a PipelineSpec: each measure() advances a simulated clock by its window.
 
-    Queue fill (stage i > 0 reads the queue from stage i-1): if the bottleneck is stage i or
-    later, upstream produces faster than stage i drains (directly, or through backpressure), so
-    its queue sits near full (``QUEUE_FULL``); if the bottleneck is earlier, stage i is starved
-    and its queue fill is half its busy fraction (a near-bottleneck stage keeps some backlog).
+    Per-stage vectors, as a fused worker that times each of its stages reports them: a stage's
+    busy fraction is its segment's; its cost is its own per-row cost (no hand-off), and the
+    hand-off is ``handoff_us_per_row``; both carry independent noise. Queue fill (only the first
+    stage of a segment after the first has an input queue; 0 elsewhere): if the bottleneck is
+    that segment or a later one, upstream produces faster than it drains (directly, or through
+    backpressure), so its queue sits near full (``QUEUE_FULL``); if the bottleneck is earlier, it
+    is starved and its queue fill is half its busy fraction (a near-bottleneck keeps a backlog).
     """
 
     def __init__(
@@ -41,7 +43,7 @@ class SimTarget:
 
     @property
     def stage_names(self) -> tuple[str, ...]:
-        return tuple(s.name for s in self.spec.stages)
+        return self.spec.stage_names
 
     @property
     def cores(self) -> int:
@@ -64,31 +66,48 @@ class SimTarget:
     def _factor(self, size: int | None = None) -> np.ndarray:
         return np.exp(self._rng.normal(0.0, self.noise, size=size))
 
+    def _per_stage(
+        self, alloc: Allocation, caps: tuple[float, ...], window: float
+    ) -> tuple[list[float], list[float], list[float]]:
+        """Busy fraction, queue fill and CPU seconds of each stage (see the class doc), from
+        the segments' capacities ``caps``; a stage's CPU is its share of its segment's cost."""
+        spec = self.spec
+        segs, workers = spec.layout(alloc)
+        thr = min(caps)
+        neck = caps.index(thr)
+        scale = spec.contention(alloc)
+        busy: list[float] = []
+        fill: list[float] = []
+        cpu: list[float] = []
+        for j, ((a, b), w, cap, cost) in enumerate(
+            zip(segs, workers, spec.segment_caps(segs), spec.segment_costs_us(segs), strict=True)
+        ):
+            seg_busy = min(1.0, thr / caps[j])
+            queue = 0.0 if j == 0 else (QUEUE_FULL if neck >= j else 0.5 * seg_busy)
+            cpu_s = seg_busy * (w if cap is None else min(w, cap)) * scale * window
+            for i in range(a, b):
+                busy.append(seg_busy)
+                fill.append(queue if i == a else 0.0)
+                cpu.append(cpu_s * spec.stages[i].cost_us_per_row / cost)
+        return busy, fill, cpu
+
     def measure(self, alloc: Allocation, window_s: float | None = None) -> Measurement:
         """Run ``alloc`` for ``window_s`` simulated seconds (default: this target's window)."""
         window = self.window_s if window_s is None else window_s
         if not window > 0:
             raise ConfigError(f"window_s = {window!r} must be > 0")
+        spec = self.spec
         try:
-            self.spec.check_allocation(alloc)
+            spec.check_allocation(alloc)
         except ConfigError as exc:
             raise AllocationRefused(str(exc)) from None
-        spec = self.spec
         caps = spec.capacities(alloc)
         thr = min(caps)
-        neck = caps.index(thr)
-        scale = spec.contention(alloc)
+        busy, fill, cpu = self._per_stage(alloc, caps, window)
         noisy = thr * float(self._factor())
-        busy = tuple(min(1.0, thr / c) for c in caps)
-        fill = tuple(
-            0.0 if i == 0 else (QUEUE_FULL if neck >= i else 0.5 * busy[i])
-            for i in range(spec.n_stages)
-        )
-        effective = [
-            min(w, s.max_workers or w) * scale
-            for w, s in zip(alloc.workers, spec.stages, strict=True)
-        ]
-        costs = np.asarray(spec.row_costs_us()) * self._factor(spec.n_stages)
+        stage_costs = np.array([s.cost_us_per_row for s in spec.stages])
+        costs = stage_costs * self._factor(spec.n_stages)
+        handoff = spec.transfer_us_per_row * float(self._factor())
         mem = spec.memory_bytes(alloc)
         self._clock_s += window
         self.measurements += 1
@@ -98,10 +117,11 @@ class SimTarget:
             allocation=alloc,
             throughput_rows_per_s=noisy,
             stage_rows_per_s=(noisy,) * spec.n_stages,
-            busy_frac=busy,
-            queue_fill=fill,
-            cpu_s=tuple(b * e * window for b, e in zip(busy, effective, strict=True)),
-            cost_us_per_row=tuple(float(c) if math.isfinite(c) else math.nan for c in costs),
+            busy_frac=tuple(busy),
+            queue_fill=tuple(fill),
+            cpu_s=tuple(cpu),
+            cost_us_per_row=tuple(float(c) for c in costs),
             memory_bytes=mem,
             window_s=window,
+            handoff_us_per_row=handoff,
         )

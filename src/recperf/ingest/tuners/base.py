@@ -10,7 +10,7 @@ from typing import Protocol
 
 from recperf.core.errors import ConfigError, ContractError
 from recperf.core.registry import Registry
-from recperf.ingest.base import Allocation, AllocationRefused, Measurement, Target
+from recperf.ingest.base import Allocation, Measurement, Target, segment_caps
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -20,6 +20,7 @@ class TuneStep:
     elapsed_s: float
     """Target time when the measurement ended."""
     allocation: Allocation
+    """The allocation measured (cuts and workers, normalized)."""
     throughput_rows_per_s: float
     memory_bytes: float
 
@@ -30,7 +31,7 @@ class TuneResult:
 
     tuner: str
     allocation: Allocation
-    """The allocation the tuner settled on."""
+    """The allocation the tuner settled on (cuts and workers, normalized)."""
     throughput_rows_per_s: float
     """Its measured throughput (the last measurement of it)."""
     history: tuple[TuneStep, ...]
@@ -46,7 +47,8 @@ class TuneResult:
 
 
 class Tuner(Protocol):
-    """Searches allocations of a target's cores among its stages within a time budget."""
+    """Searches allocations of a target (where its chain is cut and how many workers run each
+    segment) within a time budget."""
 
     name: str
 
@@ -59,32 +61,49 @@ TUNERS: Registry[Tuner] = Registry("tuner")
 def check_tuner(tuner: Tuner, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
     """Run ``tuner`` on ``target`` and check the contract; return its result.
 
-    The result must name a valid allocation (one entry per stage, each within 1..cap) whose memory
-    fits the budget, its history must be in time order and contain that allocation, the tuner
-    may not overrun ``budget_s`` by more than one measurement window, and the same seed on a fresh
-    identical target must reproduce it when the target is deterministic.
+    The result must name a valid allocation (cuts within the chain, a worker count per segment,
+    each within 1..the segment's cap) whose memory fits the budget, its history must be in time
+    order and contain that allocation, and no measured allocation may be over the budget.
     """
     result = tuner.tune(target, budget_s, seed)
     where = f"tuner {tuner.name!r}"
     if not isinstance(result, TuneResult):
         raise ContractError(f"{where}: tune returned {type(result).__name__}, not TuneResult")
-    w = result.allocation.workers
     n = len(target.stage_names)
-    if len(w) != n:
-        raise ContractError(f"{where}: allocation has {len(w)} entries for {n} stages")
-    for name, wi, cap in zip(target.stage_names, w, target.max_workers, strict=True):
-        if wi < 1 or (cap is not None and wi > cap):
-            raise ContractError(f"{where}: stage {name!r} got {wi} workers (cap {cap})")
+    chosen = _checked(result.allocation, target, where)
     if target.memory_bytes(result.allocation) > target.memory_budget_bytes * (1 + 1e-9):
         raise ContractError(f"{where}: chosen allocation is over the memory budget")
     times = [s.elapsed_s for s in result.history]
     if times != sorted(times):
         raise ContractError(f"{where}: history is not in time order")
-    if not any(s.allocation == result.allocation for s in result.history):
+    if not any(_same(s.allocation, chosen, n) for s in result.history):
         raise ContractError(f"{where}: the chosen allocation was never measured")
     if any(s.memory_bytes > target.memory_budget_bytes * (1 + 1e-9) for s in result.history):
         raise ContractError(f"{where}: a measured allocation was over the memory budget")
     return result
+
+
+def _checked(alloc: Allocation, target: Target, where: str) -> Allocation:
+    """``alloc`` normalized for ``target``'s chain; ContractError if it does not fit it."""
+    names = target.stage_names
+    try:
+        norm = alloc.normalized(len(names))
+    except ConfigError as exc:
+        raise ContractError(f"{where}: {exc}") from None
+    segs = norm.segments(len(names))
+    caps = segment_caps(target.max_workers, segs)
+    for (a, b), w, cap in zip(segs, norm.workers, caps, strict=True):
+        if w < 1 or (cap is not None and w > cap):
+            label = "+".join(names[a:b])
+            raise ContractError(f"{where}: segment {label!r} got {w} workers (cap {cap})")
+    return norm
+
+
+def _same(a: Allocation, b: Allocation, n_stages: int) -> bool:
+    try:
+        return a.normalized(n_stages) == b.normalized(n_stages)
+    except ConfigError:
+        return False
 
 
 def clamp_workers(workers: Sequence[int], caps: Sequence[int | None]) -> tuple[int, ...]:
@@ -94,19 +113,21 @@ def clamp_workers(workers: Sequence[int], caps: Sequence[int | None]) -> tuple[i
 
 class TuneLog:
     """Bookkeeping shared by the tuners: measures within the time budget, counts refusals and
-    keeps every measurement so the best allocation can be chosen at the end."""
+    keeps every measurement so the best allocation can be chosen at the end. Allocations are
+    kept normalized (``Allocation.normalized``), so the same cuts spelled two ways are one."""
 
     def __init__(self, target: Target, budget_s: float, window_s: float) -> None:
         if budget_s <= 0 or window_s <= 0:
             raise ConfigError(f"budget_s = {budget_s!r} and window_s = {window_s!r} must be > 0")
         self.target = target
+        self.n_stages = len(target.stage_names)
         self.budget_s = budget_s
         self.window_s = min(window_s, budget_s)
         self.start_s = target.elapsed_s()
         self.history: list[TuneStep] = []
         self.measurements: list[Measurement] = []
         self.refused = 0
-        self._sums: dict[tuple[int, ...], list[float]] = {}
+        self._sums: dict[Allocation, list[float]] = {}
 
     def spent_s(self) -> float:
         return self.target.elapsed_s() - self.start_s
@@ -119,42 +140,59 @@ class TuneLog:
         return self.target.memory_bytes(alloc) <= self.target.memory_budget_bytes * (1 + 1e-9)
 
     def measure(self, alloc: Allocation) -> Measurement | None:
-        """Measure ``alloc``; None if the target refused it (counted) or the budget is spent."""
+        """Measure ``alloc``; None if the target refused it (counted; so is an allocation that
+        does not match the chain) or the budget is spent."""
         if not self.can_measure():
             return None
         try:
+            alloc = alloc.normalized(self.n_stages)
             m = self.target.measure(alloc, self.window_s)
-        except AllocationRefused:
+        except ConfigError:  # AllocationRefused, or cuts that do not fit the chain
             self.refused += 1
             return None
-        self.measurements.append(m)
+        self.record(m)
+        return m
+
+    def record(self, m: Measurement) -> None:
+        """Add a measurement of this log's target taken now, to the history and the means."""
+        self.adopt(m)
         self.history.append(
             TuneStep(
                 elapsed_s=self.target.elapsed_s(),
-                allocation=alloc,
+                allocation=m.allocation.normalized(self.n_stages),
                 throughput_rows_per_s=m.throughput_rows_per_s,
                 memory_bytes=m.memory_bytes,
             )
         )
-        acc = self._sums.setdefault(alloc.workers, [0.0, 0.0])
+
+    def adopt(self, m: Measurement) -> None:
+        """Count a measurement taken earlier (logged elsewhere) in the means, not the history."""
+        self.measurements.append(m)
+        acc = self._sums.setdefault(m.allocation.normalized(self.n_stages), [0.0, 0.0])
         acc[0] += m.throughput_rows_per_s
         acc[1] += 1
-        return m
 
     def mean_throughput(self, alloc: Allocation) -> float:
-        s, n = self._sums.get(alloc.workers, (0.0, 0.0))
+        s, n = self._sums.get(alloc.normalized(self.n_stages), (0.0, 0.0))
         return s / n if n else float("nan")
 
+    def count(self, alloc: Allocation) -> int:
+        """How many windows measured ``alloc``."""
+        return int(self._sums.get(alloc.normalized(self.n_stages), (0.0, 0.0))[1])
+
     def best(self) -> Allocation:
-        """The measured allocation with the highest mean throughput (ties: fewer workers)."""
+        """The measured allocation with the highest mean throughput (ties: fewer workers, then
+        fewer segments)."""
         if not self._sums:
             raise ConfigError("the tuning budget allowed no measurement; raise budget_s")
-        key = max(self._sums, key=lambda w: (self._sums[w][0] / self._sums[w][1], -sum(w)))
-        return Allocation(workers=key)
+        return max(
+            self._sums,
+            key=lambda a: (self._sums[a][0] / self._sums[a][1], -a.total, -len(a.workers)),
+        )
 
     def result(self, tuner: str, alloc: Allocation | None = None) -> TuneResult:
         """The TuneResult for ``alloc`` (default: the best measured allocation)."""
-        chosen = self.best() if alloc is None else alloc
+        chosen = self.best() if alloc is None else alloc.normalized(self.n_stages)
         last = [s for s in self.history if s.allocation == chosen]
         if not last:
             raise ContractError(f"tuner {tuner!r}: chose an allocation it never measured")

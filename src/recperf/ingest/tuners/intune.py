@@ -1,5 +1,7 @@
-"""The ``intune`` tuner (after InTune, RecSys 2023): a DQN agent whose actions move workers
-between stages, add / remove them, or re-fit them all to the measured per-row costs (coarse
+"""The ``intune`` tuner (after InTune, RecSys 2023): the cut pattern chosen from the measured
+cost model (the top patterns' modelled optima, measured), then a DQN agent over the segments'
+workers (a ``SegmentTarget`` view, each segment one stage) whose actions move workers between
+segments, add / remove them, or re-fit them all to the measured per-row costs (coarse
 model-guided moves; the Q-network decides when), pre-trained on the simulator and fine-tuned
 online on the target it tunes; it keeps the best allocation it measured, ranked by measured
 means shrunk toward the cost model so that noise does not pick the winner."""
@@ -21,7 +23,8 @@ from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import env as ienv
 from recperf.ingest.tuners import dqn
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
-from recperf.ingest.tuners.model import measured_costs
+from recperf.ingest.tuners.model import measured_costs, measured_spec, pattern_optima
+from recperf.ingest.tuners.segment import SegmentTarget, lift
 
 BUNDLED_WEIGHTS = "data/ingest/intune-dqn.pt"
 _CACHE: dict[str, dqn.QNet] = {}
@@ -54,6 +57,9 @@ class IntuneConfig:
     prior_windows: float = 8.0
     """Most weight, in windows, of the cost model's prediction when the final choice ranks the
     measured allocations (see ``scores``; 0: measured means only), 0..1000."""
+    patterns: int = 2
+    """Cut patterns whose modelled optima are measured before the best measured one is tuned
+    (the modelled best first), 1..32."""
 
     def __post_init__(self) -> None:
         check_window("window_s", self.window_s)
@@ -65,6 +71,7 @@ class IntuneConfig:
         check_range("restart_after", self.restart_after, 1, 1000)
         check_range("confirm", self.confirm, 0, 100)
         check_range("prior_windows", self.prior_windows, 0.0, 1000.0)
+        check_range("patterns", self.patterns, 1, 32)
 
 
 def load_net(config: IntuneConfig, seed: int) -> dqn.QNet:
@@ -144,26 +151,55 @@ class Intune:
         prior = self.config.prior_windows
         while log.can_measure():
             top = ranked(log, ctx, prior)[:2]
-            counts = [sum(s.allocation == a for s in log.history) for a in top]
+            counts = [log.count(a) for a in top]
             if log.measure(top[counts.index(min(counts))]) is None:
                 break
         return ranked(log, ctx, prior)[0]
+
+    def _choose_cuts(self, log: TuneLog) -> tuple[int, ...] | None:
+        """Measure the modelled optima of the best ``patterns`` cut patterns under the cost
+        model of what was measured so far; the cuts of the best measured one."""
+        target = log.target
+        spec = measured_spec(target, log.measurements, name="intune")
+        limit = ienv.max_total(target.cores, len(target.stage_names))
+        tried = []
+        for opt in pattern_optima(spec, worker_limit=limit)[: self.config.patterns]:
+            if log.fits_memory(opt.allocation) and log.measure(opt.allocation) is not None:
+                tried.append(opt.allocation)
+        if not tried:
+            return log.best().cuts
+        return max(tried, key=log.mean_throughput).cuts
 
     def _tune(self, target: Target, budget_s: float, seed: int) -> TuneResult:
         cfg = self.config
         torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
         log = TuneLog(target, budget_s, cfg.window_s)
-        m = log.measure(even_split(target))
-        if m is None:
+        if log.measure(even_split(target)) is None:
             return log.result(self.name)
+        view = SegmentTarget(target, self._choose_cuts(log))
+        left = budget_s - log.spent_s()
+        if left < log.window_s * (1 - 1e-9):
+            return log.result(self.name)
+        vlog = TuneLog(view, left, cfg.window_s)
+        for m in log.measurements:  # what the pattern choice measured at these cuts counts too
+            if m.allocation.cut_points(len(target.stage_names)) == view.points:
+                vlog.adopt(view.fold(m))
+        start = max(vlog.measurements, key=lambda m: vlog.mean_throughput(m.allocation))
+        return lift(self.name, view, log, vlog, self._search(vlog, start, rng, seed))
+
+    def _search(
+        self, log: TuneLog, start: Measurement, rng: np.random.Generator, seed: int
+    ) -> Allocation:
+        """The DQN's online episode(s) on ``log``'s target from ``start``; the final choice."""
+        cfg = self.config
         agent = _Online(cfg, log, dqn.Learner(dqn.DQNConfig(lr=cfg.lr), rng, load_net(cfg, seed)))
-        agent.reset(m)
+        agent.reset(start)
         refusals = stale = 0
         best = log.best()
-        explore_s = budget_s - cfg.confirm * log.window_s
+        explore_s = log.budget_s - cfg.confirm * log.window_s
         while log.spent_s() + log.window_s <= explore_s + 1e-9 and refusals < 3:
-            eps = cfg.epsilon * max(0.0, 1 - log.spent_s() / budget_s)
+            eps = cfg.epsilon * max(0.0, 1 - log.spent_s() / log.budget_s)
             if stale >= cfg.restart_after and best != agent.m.allocation:
                 jumped = log.measure(best)  # a new online episode, from the best so far
                 if jumped is not None:
@@ -175,7 +211,7 @@ class Intune:
             now = log.best()
             stale = 0 if now != best else stale + 1
             best = now
-        return log.result(self.name, self._confirm(log, agent.ctx))
+        return self._confirm(log, agent.ctx)
 
 
 class _Online:

@@ -1,15 +1,17 @@
 """The ``plumber`` tuner (after Kuchnik et al., MLSys 2022): measure each stage's CPU cost per
-row, solve the resource LP for the core split, round it to integer workers, measure."""
+row and the hand-off's, solve the resource model exactly for the cuts and the integer workers
+(the LP over every cut pattern, rounded the exact way), measure, refine once."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from recperf.core.config import check_range
-from recperf.ingest.base import Allocation, Target, even_split
+from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
-from recperf.ingest.tuners.model import measured_costs, model_spec
+from recperf.ingest.tuners.model import measured_spec
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -19,7 +21,7 @@ class PlumberConfig:
     window_s: float = 1.0
     """Length of each measurement window, seconds."""
     oversubscribe: float = 4.0
-    """Most workers per uncapped stage as a multiple of the cores (1..16): the LP's fractional
+    """Most workers per uncapped segment as a multiple of the cores (1..16): the LP's fractional
     core shares are realised by letting the OS time-share rounded-up workers."""
     refine: bool = True
     """Re-estimate costs at the first solution and solve once more."""
@@ -31,7 +33,7 @@ class PlumberConfig:
 
 @TUNERS.register("plumber")
 class Plumber:
-    """Cost measurement, LP, rounding; one optional refinement."""
+    """Cost measurement, exact model solve over every cut pattern; one optional refinement."""
 
     name: str = "plumber"
     Config = PlumberConfig
@@ -39,23 +41,23 @@ class Plumber:
     def __init__(self, config: PlumberConfig | None = None) -> None:
         self.config = config or PlumberConfig()
 
-    def _solve(self, target: Target, costs: list[float]) -> Allocation:
-        spec = model_spec(target, costs, name="plumber")
-        # The LP's optimum (sim.lp_bound) rounded the exact way: the least integer workers that
-        # reach each candidate rate, best feasible one kept (sim.oracle on the measured model).
+    def _solve(self, target: Target, ms: Sequence[Measurement]) -> Allocation:
+        spec = measured_spec(target, ms, name="plumber")
+        # The LP's optimum (sim.lp_bound, over every cut pattern) rounded the exact way: the
+        # least integer workers that reach each candidate rate, best feasible one kept
+        # (sim.oracle on the measured model).
         limit = max(1, round(self.config.oversubscribe * target.cores))
-        return sim.oracle(spec, worker_limit=limit)
+        return sim.oracle(spec, worker_limit=limit).normalized(len(target.stage_names))
 
     def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
         log = TuneLog(target, budget_s, self.config.window_s)
         first = log.measure(even_split(target))
         if first is None:
             return log.result(self.name)
-        costs = measured_costs([first])
-        alloc = self._solve(target, costs)
+        alloc = self._solve(target, [first])
         m = log.measure(alloc)
         if m is not None and self.config.refine:
-            refined = self._solve(target, measured_costs([first, m]))
+            refined = self._solve(target, [first, m])
             if refined != alloc:
                 log.measure(refined)
         return log.result(self.name)
