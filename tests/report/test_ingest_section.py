@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuning import simulate
 from recperf.report import ingest_section as ing
@@ -47,13 +48,14 @@ def test_quick_simulated_runs_match_the_benchmark(quick: tuple[Section, list[flo
     assert sum(spec_data["lp_workers"].values()) == pytest.approx(spec.cores)  # cores bind
     for run in spec_data["runs"]:
         expected = simulate("criteo-16", run["tuner"], budget_s=ing.QUICK_SIM_BUDGET_S)
-        assert list(run["allocation"]) == spec_data["stages"]
-        assert list(run["allocation"].values()) == expected["allocation"]
+        segs = expected["allocation"]["segments"]
+        assert run["allocation"] == {"+".join(g["stages"]): g["workers"] for g in segs}
         for key in ("throughput_rows_per_s", "fraction_of_bound", "fraction_of_oracle"):
             assert run[key] == pytest.approx(expected[key], rel=1e-12), key
         for key in ("tuning_steps", "refused", "peak_memory_bytes"):
             assert run[key] == expected[key], key
-        thr = spec.throughput(tuple(run["allocation"].values()))
+        chosen = Allocation(workers=tuple(expected["workers"]), cuts=tuple(expected["cuts"]))
+        thr = spec.throughput(chosen)
         assert run["fraction_of_bound"] == pytest.approx(thr / bound.throughput_rows_per_s)
         times = [h["elapsed_s"] for h in run["history"]]
         assert len(times) == run["tuning_steps"] and times == sorted(times)
@@ -68,7 +70,8 @@ def test_quick_live_run_is_consistent(quick: tuple[Section, list[float]]) -> Non
     assert [r["tuner"] for r in live["runs"]] == list(ing.QUICK_LIVE.tuners)
     (run,) = live["runs"]
     assert run["status"] == "ok"
-    assert list(run["allocation"]) == run["stages"] == list(run["stage_cost_us_per_row"])
+    joined = [st for seg in run["allocation"] for st in seg.split("+")]
+    assert joined == run["stages"] == list(run["stage_cost_us_per_row"])
     assert all(w >= 1 for w in run["allocation"].values())
     assert run["fraction_of_bound"] == pytest.approx(
         run["throughput_rows_per_s"] / run["bound_rows_per_s"], rel=1e-12

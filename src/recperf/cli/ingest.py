@@ -54,7 +54,9 @@ def generate_cmd(
 @app.command("simulate")
 @one_line_errors
 def simulate_cmd(
-    spec: str = typer.Option(..., help="Bundled spec (criteo-16, udf-64, membound-128) or TOML."),
+    spec: str = typer.Option(
+        ..., help="Bundled spec (criteo-16, udf-64, membound-128, live-2, udfcut-4) or TOML."
+    ),
     tuner: str = typer.Option("intune", help="Tuner name or package.module:attr."),
     seed: int = typer.Option(0, help="Seed of the tuner and the simulated measurement noise."),
     budget_s: float = typer.Option(200.0, help="Tuning budget, simulated seconds (1 s windows)."),
@@ -71,7 +73,7 @@ def simulate_cmd(
     err_console.print(
         f"{summary['spec']} / {summary['tuner']}: {summary['throughput_rows_per_s']:,.0f} rows/s "
         f"= {summary['fraction_of_bound']:.3f} of the LP bound "
-        f"({summary['lp_bound_rows_per_s']:,.0f}); workers {summary['allocation']}; "
+        f"({summary['lp_bound_rows_per_s']:,.0f}); {summary['allocation']['label']}; "
         f"memory {summary['peak_memory_bytes'] / 2**30:.1f} / "
         f"{summary['memory_budget_bytes'] / 2**30:.1f} GiB; {summary['tuning_steps']} steps, "
         f"{summary['refused']} refused",

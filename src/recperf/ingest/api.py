@@ -24,7 +24,7 @@ from recperf.ingest.live.target import (
     window_measurement,
     write_allocation,
 )
-from recperf.ingest.sim.model import lp_bound
+from recperf.ingest.sim.model import lp_bound, segments_of
 from recperf.ingest.tuners.base import TUNERS, check_tuner
 
 Progress = Callable[[float], None]
@@ -187,6 +187,12 @@ def tune(
             "throughput_rows_per_s": final.throughput_rows_per_s,
             "bound_rows_per_s": bound.throughput_rows_per_s,
             "bound_binding": bound.binding,
+            "bound_workers": {
+                "+".join(names[a:b]): w
+                for (a, b), w in zip(
+                    segments_of(len(names), bound.cuts), bound.workers, strict=True
+                )
+            },
             "fraction_of_bound": final.throughput_rows_per_s / bound.throughput_rows_per_s,
             "tuning_s": tuning_s,
             "budget_s": budget_s,

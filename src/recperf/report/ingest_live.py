@@ -19,6 +19,7 @@ import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.ingest import api
+from recperf.ingest.base import Allocation
 from recperf.ingest.data.criteo import GenerateConfig, generate
 from recperf.ingest.live.batch import PipelineConfig
 from recperf.report.cluster_section import LAYOUT, plot_title
@@ -140,10 +141,10 @@ def run_live(setup: LiveSetup, progress: ProgressFn | None = None) -> dict[str, 
 
 def _live_run(summary: Mapping[str, Any]) -> dict[str, Any]:
     run = {k: summary[k] for k in _LIVE_KEYS}
-    bound = float(summary["bound_rows_per_s"])
-    costs = summary["stage_cost_us_per_row"]
-    # The calibrated spec has no transfer cost, so the LP's workers are rate x cost per stage.
-    run["bound_workers"] = {s: bound * float(c) / 1e6 for s, c in costs.items()}
+    run["allocation"] = {
+        "+".join(g["stages"]): g["workers"] for g in summary["allocation"]["segments"]
+    }
+    run["bound_workers"] = summary["bound_workers"]
     return {"status": "ok", **run}
 
 
@@ -155,6 +156,18 @@ def failures_html(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     if not failed:
         return ""
     return table_html(["where", "tuner", "error"], failed, caption="Runs that failed.", left_cols=3)
+
+
+def segment_workers(stages: Sequence[str], alloc: Allocation) -> dict[str, int]:
+    """Workers per segment, keyed by its stages joined with ``+`` (one key per stage when
+    every stage is its own segment)."""
+    segs = alloc.segments(len(stages))
+    return {"+".join(stages[a:b]): w for (a, b), w in zip(segs, alloc.workers, strict=True)}
+
+
+def bar_keys(bars: Mapping[str, Mapping[str, float]]) -> list[str]:
+    """Every segment label of the bars, first seen first."""
+    return list(dict.fromkeys(k for b in bars.values() for k in b))
 
 
 def stage_colors(stage_lists: Sequence[Sequence[str]]) -> dict[str, str]:
@@ -170,11 +183,12 @@ def stacked_bars(
     colors: Mapping[str, str],
     **where: Any,
 ) -> None:
-    """One stacked bar per entry of ``bars`` (label -> stage -> workers), a trace per stage."""
+    """One stacked bar per entry of ``bars`` (label -> segment -> workers), a trace per
+    segment label in ``stages`` (0 where a bar has no such segment)."""
     shown = {t.legendgroup for t in fig.data}
     for stage in stages:
         group = html.escape(stage)
-        values = [float(b[stage]) for b in bars.values()]
+        values = [float(b.get(stage, 0.0)) for b in bars.values()]
         fig.add_trace(
             go.Bar(
                 x=[html.escape(label) for label in bars],
@@ -214,7 +228,7 @@ def _live_table(live: Mapping[str, Any]) -> str:
     rows: list[list[object]] = [
         [
             r["tuner"],
-            " / ".join(str(r["allocation"][s]) for s in r["stages"]),
+            " | ".join(f"{k} x{v}" for k, v in r["allocation"].items()),
             fmt_num(r["throughput_rows_per_s"], 0),
             fmt_num(r["bound_rows_per_s"], 0),
             fmt_num(100 * r["fraction_of_bound"]),
@@ -249,7 +263,7 @@ def _live_line(live: Mapping[str, Any]) -> str:
                 line={"color": color_of(i)},
                 name=name,
                 legendgroup=name,
-                text=[html.escape(" / ".join(map(str, h["allocation"]))) for h in hist],
+                text=[html.escape(str(h["allocation"])) for h in hist],
                 hovertemplate="%{text}<br>%{x:.1f} s: %{y:,.0f} rows/s",
             )
         )
@@ -282,12 +296,15 @@ def _live_split(live: Mapping[str, Any]) -> str:
     fig = go.Figure()
     if ok:
         bars = {r["tuner"]: r["allocation"] for r in ok}
-        stacked_bars(fig, bars, ok[0]["stages"], stage_colors([ok[0]["stages"]]))
+        keys = bar_keys(bars)
+        stacked_bars(fig, bars, keys, stage_colors([keys]))
     fig.update_layout(
         **LAYOUT,
         barmode="stack",
-        title=plot_title("Live: final workers per stage"),
+        title=plot_title("Live: final workers per segment"),
         yaxis={"title": "workers", "rangemode": "tozero"},
     )
-    note = "Each live tuner's final allocation, workers per stage, stacked."
+    note = (
+        "Each live tuner's final allocation, workers per segment (stages joined with +), stacked."
+    )
     return figure_html(f"{KEY}-live-split", fig, note)

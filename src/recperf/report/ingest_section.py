@@ -27,12 +27,14 @@ from recperf.report.ingest_live import (
     LIVE,
     QUICK_LIVE,
     SEED,
+    bar_keys,
     color_of,
     failed_run,
     failures_html,
     live_html,
     ok_runs,
     run_live,
+    segment_workers,
     stacked_bars,
     stage_colors,
 )
@@ -92,7 +94,7 @@ def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str
             {
                 "tuner": tuner,
                 "status": "ok",
-                "allocation": dict(zip(stages, result.allocation.workers, strict=True)),
+                "allocation": segment_workers(stages, result.allocation),
                 "throughput_rows_per_s": thr,
                 "measured_throughput_rows_per_s": result.throughput_rows_per_s,
                 "fraction_of_bound": thr / bound.throughput_rows_per_s,
@@ -105,7 +107,7 @@ def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str
                 "history": [
                     {
                         "elapsed_s": s.elapsed_s,
-                        "allocation": list(s.allocation.workers),
+                        "allocation": s.allocation.label(stages),
                         "throughput_rows_per_s": s.throughput_rows_per_s,
                     }
                     for s in result.history
@@ -122,7 +124,12 @@ def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str
         "noise": NOISE,
         "lp_bound_rows_per_s": bound.throughput_rows_per_s,
         "lp_binding": bound.binding,
-        "lp_workers": dict(zip(stages, bound.workers, strict=True)),
+        "lp_workers": {
+            "+".join(stages[a:b]): w
+            for (a, b), w in zip(
+                sim.segments_of(len(stages), bound.cuts), bound.workers, strict=True
+            )
+        },
         "oracle_rows_per_s": best,
         "runs": runs,
     }
@@ -302,7 +309,7 @@ def _sim_line(index: int, s: Mapping[str, Any]) -> str:
                 marker={"size": 4},
                 line={"color": color_of(i), "width": 1.5},
                 name=html.escape(r["tuner"]),
-                text=[html.escape(" / ".join(map(str, h["allocation"]))) for h in hist],
+                text=[html.escape(str(h["allocation"])) for h in hist],
                 hovertemplate="%{text}<br>%{x:.0f} s: %{y:.1f}% of the LP bound",
             )
         )
@@ -323,21 +330,24 @@ def _sim_line(index: int, s: Mapping[str, Any]) -> str:
 
 
 def _sim_split(simulated: Sequence[Mapping[str, Any]]) -> str:
-    colors = stage_colors([s["stages"] for s in simulated])
-    titles = [html.escape(f"{s['spec']} ({s['cores']} cores)") for s in simulated]
-    fig = make_subplots(rows=1, cols=max(1, len(simulated)), subplot_titles=titles)
-    for col, s in enumerate(simulated, start=1):
+    all_bars = []
+    for s in simulated:
         bars = {r["tuner"]: r["allocation"] for r in ok_runs(s["runs"])}
         bars["LP bound"] = s["lp_workers"]
-        stacked_bars(fig, bars, s["stages"], colors, row=1, col=col)
+        all_bars.append(bars)
+    colors = stage_colors([bar_keys(b) for b in all_bars])
+    titles = [html.escape(f"{s['spec']} ({s['cores']} cores)") for s in simulated]
+    fig = make_subplots(rows=1, cols=max(1, len(simulated)), subplot_titles=titles)
+    for col, bars in enumerate(all_bars, start=1):
+        stacked_bars(fig, bars, bar_keys(bars), colors, row=1, col=col)
     fig.update_layout(
         **{**LAYOUT, "height": 420},
         barmode="stack",
-        title=plot_title("Final workers per stage"),
+        title=plot_title("Final workers per segment"),
     )
     fig.update_yaxes(title_text="workers", col=1)
     note = (
-        "Each tuner's final allocation (workers per stage, stacked), and the LP bound's "
-        "fractional workers, per simulated pipeline."
+        "Each tuner's final allocation (workers per segment, a segment's stages joined with +, "
+        "stacked), and the LP bound's fractional workers, per simulated pipeline."
     )
     return figure_html(f"{KEY}-sim-split", fig, note)
