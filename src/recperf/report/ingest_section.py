@@ -38,6 +38,7 @@ from recperf.report.ingest_live import (
     stacked_bars,
     stage_colors,
 )
+from recperf.report.ingest_peers import load_bundled, peers_html
 from recperf.report.section import MonotoneProgress, Section, figure_html, fmt_num, table_html
 
 TITLE = "Ingestion pipeline tuning"
@@ -234,7 +235,9 @@ def outcome_text(outcome: Mapping[str, Any]) -> str:
 def section_from_runs(simulated: Sequence[Mapping[str, Any]], live: Mapping[str, Any]) -> Section:
     """The section for already finished simulated and live runs."""
     outcome = measured_outcome(simulated, live)
-    data = {"tuners": list(TUNER_NAMES), "simulated": list(simulated), "live": live}
+    bench = load_bundled()
+    data = {"tuners": list(TUNER_NAMES), "simulated": list(simulated), "live": live,
+            "peers": bench}  # fmt: skip
     data["outcome"] = outcome
     budgets = sorted({float(s["budget_s"]) for s in simulated})
     setup = (
@@ -253,6 +256,7 @@ def section_from_runs(simulated: Sequence[Mapping[str, Any]], live: Mapping[str,
         + failures_html([(s["spec"], r) for s in simulated for r in s["runs"]])
         + f'<div class="rp-grid">{"".join(sim_figs)}</div>'
         + live_html(live)
+        + peers_html(bench)
     )
     return Section(title=TITLE, key=KEY, html=body, data=data)
 

@@ -116,16 +116,9 @@ class Batch:
 
     @staticmethod
     def from_columns(cols: dict[str, np.ndarray]) -> Batch:
-        """Copy the columns of a shared-memory item into torch tensors (one memcpy each)."""
-        t = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in cols.items()}
-        return Batch(
-            dense=t["dense"],
-            labels=t["labels"],
-            values=t["values"],
-            lengths=t["lengths"],
-            offsets=t["offsets"],
-            row_ids=t["row_id"],
-        )
+        """Copy collated numpy columns into torch tensors (one memcpy each)."""
+        return Batch.from_tensors({k: torch.from_numpy(np.array(v, copy=True))
+                                   for k, v in cols.items()})  # fmt: skip
 
     def kjt(self) -> Any:
         """The sparse features as a torchrec KeyedJaggedTensor (needs torchrec installed)."""
