@@ -9,6 +9,7 @@ import hashlib
 import os
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -380,7 +381,9 @@ def test_a_training_loop_consumes_the_pipeline_directly(parquet_dir: Path) -> No
 def test_read_workers_overlap_their_storage_latency(parquet_dir: Path) -> None:
     from recperf.ingest import api
 
-    cfg = PipelineConfig(batch_size=200, read_latency_ms=40.0, shuffle_window=2, chunk_rows=400)
+    cfg = PipelineConfig(
+        batch_size=200, read_latency_ms=40.0, shuffle_window=2, chunk_rows=400, read_concurrency=1
+    )
     one = api.run(parquet_dir, "even", cfg, 1.5, warmup_s=0.5, cores=2)
     assert one["allocation"]["segments"][0] == {"stages": ["read"], "workers": 1}
     three_alloc = parquet_dir.parent / "three.toml"
@@ -391,6 +394,10 @@ def test_read_workers_overlap_their_storage_latency(parquet_dir: Path) -> None:
     # one read worker waits 40 ms per 200-row batch: at most 5,000 rows/s
     assert one["throughput_rows_per_s"] < 5_200
     assert three["throughput_rows_per_s"] > 2.0 * one["throughput_rows_per_s"]
+    # a worker with two requests in flight waits once per 2-batch chunk
+    both = api.run(parquet_dir, "even", replace(cfg, read_concurrency=2), 1.5, warmup_s=0.5,
+                   cores=2)  # fmt: skip
+    assert both["throughput_rows_per_s"] > 1.6 * one["throughput_rows_per_s"]
 
 
 def test_stale_item_files_of_dead_processes_are_swept() -> None:

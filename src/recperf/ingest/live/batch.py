@@ -41,6 +41,10 @@ class PipelineConfig:
     """Memory assumed per worker until one has been measured, MiB (> 0)."""
     shuffle_splits: bool = True
     """Visit the file's row groups / chunks in a seeded order that changes every epoch."""
+    read_concurrency: int = 16
+    """Storage requests a read worker keeps in flight (1..256): the chunk's splits are requested
+    together, as an object-store client issues concurrent range reads, so emulated latencies
+    overlap this many at a time."""
     read_latency_ms: float = 0.0
     """Emulated remote-storage latency per batch read, ms (>= 0): the read stage waits this
     long per split, as when each batch is a request to an object store; 0 for local files."""
@@ -57,6 +61,7 @@ class PipelineConfig:
         check_range("memory_budget_gib", self.memory_budget_gib, 0.0, None, lo_open=True)
         check_range("worker_memory_mib", self.worker_memory_mib, 0.0, None, lo_open=True)
         check_range("read_latency_ms", self.read_latency_ms, 0.0, 60_000.0)
+        check_range("read_concurrency", self.read_concurrency, 1, 256)
 
     def stage_names(self) -> tuple[str, ...]:
         names = ["read", "dense", "sparse"]

@@ -250,6 +250,7 @@ class Pipeline(Dispatcher):
             slot_bytes=self.slot_bytes,
             prefix=self._prefix,
             read_latency_s=self.config.read_latency_ms / 1e3,
+            read_concurrency=self.config.read_concurrency,
         )
         proc = self._ctx.Process(target=worker_main, args=(work, child), daemon=True)
         proc.start()

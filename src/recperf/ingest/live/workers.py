@@ -37,7 +37,9 @@ class SegmentWork:
     prefix: str
     """The pipeline's shared-memory file prefix (what a worker deletes if the parent dies)."""
     read_latency_s: float = 0.0
-    """Emulated remote-storage latency the read stage waits per split (0: local files)."""
+    """Emulated remote-storage latency of one request (0: local files)."""
+    read_concurrency: int = 1
+    """Requests in flight at once: a wait covers that many splits."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -121,9 +123,10 @@ def run_task(work: SegmentWork, msg: TaskMsg, reader: st.SplitReader, maps: Slot
         t = time.process_time()
         if work.stages[i] == "read":
             cols = []
-            for split in msg.splits:
-                if work.read_latency_s:
-                    time.sleep(work.read_latency_s)  # one request to remote storage per split
+            for j, split in enumerate(msg.splits):
+                if work.read_latency_s and j % work.read_concurrency == 0:
+                    # the next read_concurrency requests go out together; one latency for all
+                    time.sleep(work.read_latency_s)
                 cols.append(reader.read(split))
             rows[i] = sum(len(c["row_id"]) for c in cols)
         else:
