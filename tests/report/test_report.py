@@ -29,10 +29,12 @@ from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.sweep import Sweep, SweepResult
 from recperf.cluster.topology import PRESETS
 from recperf.core.results import dumps_json
+from recperf.ingest.sim import model as sim
 from recperf.report import build_report
 from recperf.report import netsens_section as ns
 from recperf.report.builder import render_page
 from recperf.report.cluster_section import SCHEDULERS, ClusterRun, section_from_runs
+from recperf.report.ingest_peers import load_bundled
 from recperf.report.section import figure_html
 
 EVIL = "<script>alert(1)</script>"
@@ -41,9 +43,11 @@ EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 EVIL_DOM = "<script>document.body.dataset.pwned='yes'</script>"
 FIGURE_PARTS = ("jct-cdf", "util", "makespan", "jct-mean")
 NETSENS_PARTS = ("jct-cdf", "makespan", "jct-mean", "comm")
-# The ingestion section's figures: one line per simulated spec, one split, two live.
-INGEST_QUICK_FIGURES = 4
-INGEST_FULL_FIGURES = 6
+# The ingestion section's figures: one line per simulated spec, one split, two live, and the
+# side-by-side bars against the peers when a benchmark result is bundled.
+PEER_BARS = 1 if load_bundled() is not None else 0
+INGEST_QUICK_FIGURES = 4 + PEER_BARS
+INGEST_FULL_FIGURES = len(sim.BUNDLED) + 3 + PEER_BARS
 # The stall section's figures: the breakdown, the all-reduce model and the advisor's frontier.
 STALLS_FIGURES = 3
 # The embedding section's figures: reuse distance, coverage, and the CPU benchmark's ms, GB/s and
