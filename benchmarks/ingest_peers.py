@@ -209,33 +209,16 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
-def end_descendants(grace_s: float = 2.0) -> None:
+def end_descendants() -> None:
     """SIGKILL every descendant worker of this process (forkserver-started workers outlive an
-    ``os._exit`` of their parent), then give multiprocessing's resource tracker ``grace_s`` to
-    clean up after them and exit on its own before it is killed too."""
+    ``os._exit`` of their parent). multiprocessing's resource tracker is spared: it exits and
+    cleans up by itself once this process is gone (the parent's session clean-up ends it if
+    not)."""
     me = os.getpid()
-    pids = [p for p in _tree(me) if p != me]
-    trackers = [p for p in pids if b"resource_tracker" in _cmdline(p)]
-    for p in pids:
-        if p not in trackers:
+    for p in _tree(me):
+        if p != me and b"resource_tracker" not in _cmdline(p):
             with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGKILL)
-    end = time.monotonic() + grace_s
-    while trackers and time.monotonic() < end:
-        trackers = [p for p in trackers if _stat(p) is not None and _state(p) != "Z"]
-        time.sleep(0.05)
-    for p in trackers:
-        with contextlib.suppress(OSError):
-            os.kill(p, signal.SIGKILL)
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
-    except OSError:
-        return "X"
-    return raw[raw.rindex(b")") + 2 :].split()[0].decode()
 
 
 # -------------------------------------------------------------------------------- data plan
@@ -1233,6 +1216,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
 
     # Phase 1: screen every configuration once per base setting; keep the best per peer.
     finalists: dict[tuple[str, str], list[tuple[str, int]]] = {}
+    prior = json.loads(Path(args.screen_from).read_text())["runs"] if args.screen_from else []
     if args.screen_s > 0:
         for sname in dict.fromkeys(_base_of(s) for s in settings):
             grid = [
@@ -1240,9 +1224,17 @@ def cmd_sweep(args: argparse.Namespace) -> None:
             ]
             rnd.shuffle(grid)
             recs = [
-                one(sname, p, v, k, args.screen_s, args.screen_warmup_s, "screen", 0)
-                for p, v, k in grid
+                r
+                for r in prior
+                if r.get("setting") == sname and r.get("phase") == "screen" and r["peer"] in peers
             ]
+            if {r["peer"] for r in recs} < set(peers):  # not (fully) screened before: screen now
+                recs = [
+                    one(sname, p, v, k, args.screen_s, args.screen_warmup_s, "screen", 0)
+                    for p, v, k in grid
+                ]
+            else:
+                log.extend({**r, "reused_from": args.screen_from} for r in recs)
             for p in peers:
                 mine = [r for r in recs if r["peer"] == p and "throughput_rows_per_s" in r]
                 mine.sort(key=lambda r: -r["throughput_rows_per_s"])
@@ -1395,6 +1387,11 @@ def main(argv: Iterable[str] | None = None) -> int:
     sw.add_argument("--screen-warmup-s", type=float, default=1.5)
     sw.add_argument("--finalists", type=int, default=1, help="configurations per peer kept")
     sw.add_argument("--seed", type=int, default=0, help="order of the interleaved runs")
+    sw.add_argument(
+        "--screen-from",
+        default="",
+        help="a sweep's JSON whose screening runs to reuse for the settings it has",
+    )
     sw.add_argument("--out", default="out/bench/ingest_peers.json")
     args = ap.parse_args(list(argv) if argv is not None else None)
     if args.check:

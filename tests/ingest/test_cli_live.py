@@ -77,3 +77,15 @@ def test_unknown_tuner_is_refused(data: Path, tmp_path: Path) -> None:
                              "--out", str(tmp_path))  # fmt: skip
     assert code == 2 and "bogus" in stderr
     assert not (tmp_path / "summary.json").exists()
+
+
+def test_run_alloc_auto_tunes_then_runs(data: Path, tmp_path: Path) -> None:
+    code, stdout, stderr = invoke("ingest", "run", "--data", str(data), "--alloc", "auto",
+                                  "--batch-size", "1000", "--seconds", "0.5", "--json",
+                                  "--out", str(tmp_path))  # fmt: skip
+    assert code == 0, stderr
+    ran = json.loads(stdout)
+    assert ran == json.loads((tmp_path / "summary.json").read_text())
+    assert ran["tuning_s"] > 0 and ran["throughput_rows_per_s"] > 0
+    assert sum(len(g["stages"]) for g in ran["allocation"]["segments"]) == 5
+    assert ran["handoff_us_per_row"] > 0 and ran["consumer_us_per_row"] > 0
