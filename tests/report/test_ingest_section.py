@@ -16,11 +16,16 @@ from recperf.ingest.sim import model as sim
 from recperf.ingest.tuning import simulate
 from recperf.report import ingest_section as ing
 from recperf.report.builder import SECTIONS
+from recperf.report.ingest_peers import load_bundled, peers_html
 from recperf.report.section import Section
 
 EVIL = "<script>alert(1)</script>"
 EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 QUICK_FIGURES = ("sim-0-criteo-16", "sim-split", "live-throughput", "live-split")
+# the side-by-side bars against the peers, when a benchmark result is bundled
+BENCH = load_bundled()
+if BENCH is not None:
+    QUICK_FIGURES = (*QUICK_FIGURES, "peers")
 
 
 @pytest.fixture(scope="module")
@@ -207,7 +212,7 @@ def test_names_and_errors_are_escaped() -> None:
     assert '<td class="rp-l">live</td><td class="rp-l">plumber</td>' in page
     assert f"on spec-{EVIL_ESCAPED} (16 cores" in page  # the paragraph
     figures = _specs(page)
-    assert len(figures) == 4  # each spec ends where it should
+    assert len(figures) == 4 + (BENCH is not None)  # each spec ends where it should
     labels = json.dumps(figures)
     assert EVIL_ESCAPED in labels and "<script" not in labels
     split = figures[1]
@@ -218,3 +223,23 @@ def test_names_and_errors_are_escaped() -> None:
 def test_report_includes_the_section_after_the_cluster_ones() -> None:
     assert SECTIONS.index(ing.ingest_section) == 2
     assert len(SECTIONS) == 5
+
+
+def test_peer_bars_show_every_peer_of_the_bundled_benchmark() -> None:
+    bench = {
+        "date": "2026-12-01", "machine": {"cpus": 2}, "command": "python b.py", "reps": 3,
+        "seconds": 6.0,
+        "settings": {
+            "tsv": {"recperf": {"rows_per_s": 9e5, "variant": "auto", "workers": 2},
+                    "dataloader": {"rows_per_s": 6e5, "variant": "", "workers": 0}},
+            "parquet": {"recperf": {"rows_per_s": 1.2e6, "variant": "auto", "workers": 2},
+                        "spdl": {"error": "boom"}},
+        },
+    }  # fmt: skip
+    page = peers_html(bench)
+    (fig,) = _specs(page)
+    bars = {t["name"]: t["y"] for t in fig["data"]}
+    assert bars["recperf (tuned, --alloc auto)"] == [900.0, 1200.0]
+    assert bars["PyTorch DataLoader"] == [600.0, 0.0]
+    assert "SPDL" in bars and bars["SPDL"] == [0.0, 0.0]
+    assert "python b.py" in page and peers_html(None) == ""
