@@ -187,6 +187,7 @@ def test_killed_workers_are_replaced_and_their_work_redone(parquet_dir: Path) ->
             batches.append(b)
             if i == 12:
                 p.resize(Allocation(workers=(2, 1), cuts=(3,)))
+                assert settled(p) == [2, 1]  # kills below hit the new workers, not retirees
             if i % 3 == 0 and i < 24:
                 pids = [pid for v in p.worker_pids().values() for pid in v]
                 with contextlib.suppress(ProcessLookupError):  # already dead, not yet reaped
