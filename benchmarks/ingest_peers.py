@@ -645,8 +645,6 @@ def make_tfdata(cfg: RunConfig) -> Iterator[Any]:
                     if full.size:
                         data = np.frombuffer(col.buffers()[2], np.uint8)
                         raw[full, j, :] = data[off[full, None] + np.arange(8)]
-                if lat:
-                    time.sleep(lat * len(_chunk_sizes(n)))
                 yield {"label": t.column("label").to_numpy(), "ints": ints, "raw": raw}
 
         sig = {
@@ -660,6 +658,8 @@ def make_tfdata(cfg: RunConfig) -> Iterator[Any]:
             num_parallel_calls=autotune,
             deterministic=False,
         ).enumerate()
+        if lat:  # the requests wait in a map of their own, as for TSV
+            ds = ds.map(wait, num_parallel_calls=IO_CONCURRENCY, deterministic=False)
         ds = ds.map(
             lambda i, d: finish(i, d["label"], d["ints"], d["raw"]),
             num_parallel_calls=par,
