@@ -26,6 +26,7 @@ from recperf.ingest.live.target import (
 )
 from recperf.ingest.sim.model import lp_bound, segments_of
 from recperf.ingest.tuners.base import TUNERS, check_tuner
+from recperf.ingest.tuning import allocation_summary
 
 Progress = Callable[[float], None]
 
@@ -44,18 +45,6 @@ def stage_table(names: tuple[str, ...], m: Measurement) -> list[dict[str, Any]]:
         }
         for i, n in enumerate(names)
     ]
-
-
-def allocation_json(names: tuple[str, ...], alloc: Allocation) -> dict[str, Any]:
-    """An allocation as JSON: its segments (stages, workers) and a readable label."""
-    segs = alloc.segments(len(names))
-    return {
-        "label": alloc.label(names),
-        "segments": [
-            {"stages": list(names[a:b]), "workers": w}
-            for w, (a, b) in zip(alloc.workers, segs, strict=True)
-        ],
-    }
 
 
 def resolve_allocation(alloc: str | Path, pipeline_stages: tuple[str, ...]) -> Allocation | str:
@@ -122,7 +111,7 @@ def run(
         return {
             "data": str(data),
             "stages": list(p.stage_names),
-            "allocation": allocation_json(p.stage_names, p.allocation),
+            "allocation": allocation_summary(p.allocation, p.stage_names),
             "tuning_s": tuned_s,
             "cores": p.cores,
             "batch_size": cfg.batch_size,
@@ -183,7 +172,7 @@ def tune(
             "seed": seed,
             "cores": p.cores,
             "stages": list(names),
-            "allocation": allocation_json(names, result.allocation),
+            "allocation": allocation_summary(result.allocation, names),
             "throughput_rows_per_s": final.throughput_rows_per_s,
             "bound_rows_per_s": bound.throughput_rows_per_s,
             "bound_binding": bound.binding,
