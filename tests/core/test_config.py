@@ -7,7 +7,16 @@ from typing import Literal
 
 import pytest
 
-from recperf.core.config import check_range, from_mapping, load_toml, parse_overrides
+from recperf.core.config import (
+    check_range,
+    from_mapping,
+    load_toml,
+    parse_floats,
+    parse_ints,
+    parse_names,
+    parse_seeds,
+    parse_sets,
+)
 from recperf.core.errors import ConfigError
 
 
@@ -77,14 +86,14 @@ def test_float_is_exact_not_rounded() -> None:
         ("count", "1.5", "src: count: expected an integer, got '1.5'"),
         ("count", True, "src: count: expected an integer, got True"),
         ("count", 2.0, "src: count: expected an integer, got 2.0"),
-        ("rate", "fast", "src: rate: expected a number, got 'fast'"),
+        ("rate", "fast", "src: rate: expected a finite number, got 'fast'"),
         ("rate", False, "src: rate: expected a number, got False"),
         ("label", 3, "src: label: expected a string, got 3"),
         ("enabled", "maybe", "src: enabled: expected true or false, got 'maybe'"),
         ("sizes", "1,two", "src: sizes: expected an integer, got 'two'"),
         ("sizes", 4, "src: sizes: expected a list, got 4"),
         ("mode", "normal", "src: mode: 'normal' is not one of 'exp', 'lognormal'"),
-        ("limit", "none", "src: limit: expected a number, got 'none'"),
+        ("limit", "none", "src: limit: expected a finite number, got 'none'"),
     ],
 )
 def test_bad_values_are_one_line_errors(key: str, raw: object, message: str) -> None:
@@ -105,7 +114,7 @@ def test_not_a_dataclass_is_a_type_error() -> None:
 def test_post_init_validation_runs() -> None:
     from recperf.cluster.outcome import EngineConfig
 
-    with pytest.raises(ConfigError, match=r"^restore_s = -1\.0 is outside the allowed range"):
+    with pytest.raises(ConfigError, match=r"^config: restore_s = -1\.0 is outside the allowed range"):
         from_mapping(EngineConfig, {"restore_s": "-1"})
     cfg = from_mapping(EngineConfig, {"restore_s": "5", "record_segments": "true", "round_s": 0})
     assert (cfg.restore_s, cfg.record_segments, cfg.round_s) == (5.0, True, 0.0)
@@ -146,13 +155,78 @@ def test_toml_errors_name_the_file(tmp_path) -> None:
         load_toml(bad)
 
 
-def test_parse_overrides() -> None:
-    assert parse_overrides(["a=1", " b = x=y "]) == {"a": "1", "b": "x=y"}
-    assert parse_overrides(None) == {}
-    with pytest.raises(ConfigError, match=r"--set: expected key=value, got 'novalue'"):
-        parse_overrides(["novalue"])
-    with pytest.raises(ConfigError, match=r"expected key=value, got '=3'"):
-        parse_overrides(["=3"])
+def test_parse_sets_by_scope() -> None:
+    scopes = ["engine", "netsens", "pkg.mod:Sched"]
+    pairs = ["engine.round_s=3", " netsens.timers = 1,2 ", "pkg.mod:Sched.x=a=b"]
+    assert parse_sets(pairs, scopes) == {
+        "engine": {"round_s": "3"},
+        "netsens": {"timers": "1,2"},
+        "pkg.mod:Sched": {"x": "a=b"},
+    }
+    assert parse_sets(None, scopes) == {}
+
+
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        ("novalue", r"--set 'novalue': expected SCOPE.key=value; scopes here: engine, fifo"),
+        ("round_s=3", r"expected SCOPE.key=value"),
+        ("tiresias.min_run_s=3", r"unknown scope 'tiresias'; scopes here: engine, fifo"),
+        ("engine.=3", r"unknown scope 'engine'"),
+    ],
+)
+def test_parse_sets_errors_name_the_pair_and_the_scopes(pair: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_sets([pair], ["engine", "fifo"])
+
+
+@pytest.mark.parametrize(
+    ("text", "seeds"), [("0-4", (0, 1, 2, 3, 4)), ("0,3,7", (0, 3, 7)), ("0-2,9", (0, 1, 2, 9))]
+)
+def test_parse_seeds(text: str, seeds: tuple[int, ...]) -> None:
+    assert parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["", "a", "3-1", "-1", "0-", "1,,2"])
+def test_parse_seeds_rejects(text: str) -> None:
+    with pytest.raises(ConfigError, match="--seeds"):
+        parse_seeds(text)
+
+
+def test_list_parsers() -> None:
+    assert parse_floats("1,2,4", "--congestion") == (1.0, 2.0, 4.0)
+    assert parse_ints("16,32", "--block-n") == (16, 32)
+    assert parse_names(" fifo, sjf ,", "--schedulers") == ("fifo", "sjf")
+    for bad in ("", "1,x", "nan", "1,inf"):
+        with pytest.raises(ConfigError, match="--congestion: expected comma-separated numbers"):
+            parse_floats(bad, "--congestion")
+    with pytest.raises(ConfigError, match="--block-n: expected comma-separated integers"):
+        parse_ints("1.5", "--block-n")
+    with pytest.raises(ConfigError, match="--schedulers is empty"):
+        parse_names(" , ", "--schedulers")
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Needs:
+    """A Config with a required field."""
+
+    size: int
+    """Required."""
+    ratio: float = 0.5
+    """Optional."""
+
+
+def test_missing_required_key_names_it_and_the_allowed_keys() -> None:
+    with pytest.raises(ConfigError) as err:
+        from_mapping(Needs, {"ratio": 0.1}, "widget")
+    assert str(err.value) == "widget: missing required key 'size'; allowed: ratio, size"
+    assert from_mapping(Needs, {"size": "3"}, "widget") == Needs(size=3)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", float("nan"), float("inf")])
+def test_non_finite_numbers_are_rejected(value: object) -> None:
+    with pytest.raises(ConfigError, match="widget: ratio: expected a finite number"):
+        from_mapping(Needs, {"size": 1, "ratio": value}, "widget")
 
 
 @pytest.mark.parametrize(

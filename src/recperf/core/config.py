@@ -1,12 +1,15 @@
-"""Build the frozen ``Config`` dataclasses from TOML files or CLI ``key=value`` flags, strictly."""
+"""Build the frozen ``Config`` dataclasses from TOML files or CLI ``--set scope.key=value``
+flags, strictly, and read the few list-shaped flag values (seeds, numbers, names) one way."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,8 +48,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
     if origin is tuple:
         args = typing.get_args(tp)
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
+        if isinstance(value, str):  # "1,2" or "[1, 2]"
+            text = value.strip()
+            text = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+            value = [v.strip() for v in text.split(",") if v.strip()]
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         item_tp = args[0] if args else Any
@@ -76,14 +81,15 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        number: float | None = None
         if isinstance(value, int | float):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        raise ConfigError(f"{where}: expected a number, got {value!r}")
+            number = float(value)
+        elif isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                number = float(value)
+        if number is not None and math.isfinite(number):
+            return number
+        raise ConfigError(f"{where}: expected a finite number, got {value!r}")
     if tp is str:
         if isinstance(value, str):
             return value
@@ -91,30 +97,107 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def required_keys(cls: type[Any]) -> list[str]:
+    """The init fields of dataclass ``cls`` that have no default."""
+    return [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+
+
 def from_mapping(cls: type[C], data: Mapping[str, Any], source: str = "config") -> C:
-    """Build dataclass ``cls`` from ``data``; unknown keys and bad types raise ConfigError."""
+    """Build dataclass ``cls`` from ``data``: an unknown key, a missing required key or a bad
+    type is one ConfigError naming the key and the allowed keys; values convert from CLI strings."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    allowed = ", ".join(sorted(fields))
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(
-            f"{source}: unknown key {unknown[0]!r}; allowed: {', '.join(sorted(fields))}"
-        )
+        raise ConfigError(f"{source}: unknown key {unknown[0]!r}; allowed: {allowed}")
+    missing = [k for k in required_keys(cls) if k not in data]
+    if missing:
+        raise ConfigError(f"{source}: missing required key {missing[0]!r}; allowed: {allowed}")
     kwargs = {k: _coerce(v, hints[k], f"{source}: {k}") for k, v in data.items()}
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as exc:
+        msg = str(exc)
+        raise ConfigError(msg if msg.startswith(source) else f"{source}: {msg}") from None
 
 
-def parse_overrides(pairs: list[str] | None, source: str = "--set") -> dict[str, str]:
-    """Turn ``["key=value", ...]`` CLI flags into a mapping (values converted by from_mapping)."""
-    out: dict[str, str] = {}
+def parse_sets(
+    pairs: Sequence[str] | None, scopes: Sequence[str], flag: str = "--set"
+) -> dict[str, dict[str, str]]:
+    """``SCOPE.key=value`` flags -> ``{scope: {key: value}}``. SCOPE is one of ``scopes`` (a
+    plug-in name or a config section), matched as the longest listed prefix, so a
+    ``pkg.mod:Cls.key=value`` works; values stay strings, converted later by ``from_mapping``."""
+    out: dict[str, dict[str, str]] = {}
     for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{source}: expected key=value, got {pair!r}")
-        out[key.strip()] = value.strip()
+        target, sep, value = pair.partition("=")
+        target = target.strip()
+        matches = [s for s in scopes if target.startswith(f"{s}.") and len(target) > len(s) + 1]
+        if not sep or not matches:
+            head = target.rpartition(".")[0] if "." in target else target
+            why = (
+                "expected SCOPE.key=value"
+                if not sep or "." not in target
+                else f"unknown scope {head!r}"
+            )
+            raise ConfigError(f"{flag} {pair!r}: {why}; scopes here: {', '.join(scopes) or 'none'}")
+        scope = max(matches, key=len)
+        out.setdefault(scope, {})[target[len(scope) + 1 :]] = value.strip()
     return out
+
+
+def parse_seeds(text: str, flag: str = "--seeds") -> tuple[int, ...]:
+    """``0-4``, ``0,3,7`` or a mix like ``0-2,9`` -> the seeds in the order given."""
+    seeds: list[int] = []
+    for item in (part.strip() for part in text.split(",")):
+        where = repr(item) if item == text.strip() else f"{item!r} in {text!r}"
+        lo, dash, hi = item.partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise ConfigError(
+                f"{flag}: cannot read {where}; expected e.g. 0-4, 0,3,7 or 0-2,9"
+            ) from None
+        if first < 0 or last < first:
+            raise ConfigError(f"{flag}: {where} is not a range of seeds >= 0 (low-high)")
+        seeds.extend(range(first, last + 1))
+    return tuple(seeds)
+
+
+def parse_floats(text: str, flag: str) -> tuple[float, ...]:
+    """A comma list of finite numbers, e.g. ``1,2,4``."""
+    try:
+        values = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(map(math.isfinite, values)):
+        raise ConfigError(f"{flag}: expected comma-separated numbers, got {text!r}")
+    return values
+
+
+def parse_ints(text: str, flag: str) -> tuple[int, ...]:
+    """A comma list of integers, e.g. ``16,32,64``."""
+    try:
+        values = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        values = ()
+    if not values:
+        raise ConfigError(f"{flag}: expected comma-separated integers, got {text!r}")
+    return values
+
+
+def parse_names(text: str, flag: str) -> tuple[str, ...]:
+    """A comma list of names (spaces trimmed); an empty list is an error naming the flag."""
+    items = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not items:
+        raise ConfigError(f"{flag} is empty")
+    return items
 
 
 def check_range(
