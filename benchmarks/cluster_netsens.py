@@ -30,7 +30,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from recperf.cluster.api import RunSpec
-from recperf.cluster.sweep import Sweep, parse_floats, parse_seeds, run_sweep, write_sweep
+from recperf.cluster.sweep import Sweep, run_sweep, write_sweep
+from recperf.core.config import parse_floats, parse_seeds
 from recperf.core.results import write_json, write_text
 
 TRACES = ("philly@philly-third", "helios-500")
@@ -258,7 +259,7 @@ def main() -> None:
     ap.add_argument("--skip-timers", action="store_true", help="Only the main sweep.")
     args = ap.parse_args()
     seeds = parse_seeds(args.seeds)
-    congestion = parse_floats(args.congestion)
+    congestion = parse_floats(args.congestion, "--congestion")
     base = RunSpec(jitter_s=args.jitter_s)
     t0 = time.perf_counter()
     main_rows = run(

@@ -26,9 +26,6 @@ from recperf.cluster.sweep import (
     SweepRun,
     _run_local,
     error_text,
-    parse_floats,
-    parse_scheduler_overrides,
-    parse_seeds,
     run_sweep,
     split_trace,
     write_sweep,
@@ -118,36 +115,6 @@ def test_trace_at_cluster(tmp_path: Path) -> None:
         traces=("tiresias-60", "tiresias-60@philly-third"), schedulers=("fifo",), base=base
     )
     assert [r.cluster for r in sweep.runs()] == ["helios", "philly-third"]
-
-
-@pytest.mark.parametrize(
-    ("text", "seeds"),
-    [("0-4", (0, 1, 2, 3, 4)), ("0,3,7", (0, 3, 7)), ("0-2,9", (0, 1, 2, 9)), (" 5 ", (5,))],
-)
-def test_parse_seeds(text: str, seeds: tuple[int, ...]) -> None:
-    assert parse_seeds(text) == seeds
-
-
-@pytest.mark.parametrize("text", ["", "a", "3-1", "0-", "-1", "1,,2", "1.5"])
-def test_parse_seeds_rejects(text: str) -> None:
-    with pytest.raises(ConfigError, match="--seeds"):
-        parse_seeds(text)
-
-
-def test_parse_congestion_and_options() -> None:
-    assert parse_floats("1,2,4") == (1.0, 2.0, 4.0)
-    for bad in ("", "a", "1,nan", "1,,2"):
-        with pytest.raises(ConfigError, match="--congestion"):
-            parse_floats(bad)
-    assert parse_scheduler_overrides(
-        ["fifo.backfill=true", "pkg.mod:S.k=1"], ["fifo", "pkg.mod:S"]
-    ) == {
-        "fifo": {"backfill": "true"},
-        "pkg.mod:S": {"k": "1"},
-    }
-    for bad in ("sjf.x=1", "fifo.backfill", "fifo=1", "fifo.=1"):
-        with pytest.raises(ConfigError, match="--opt"):
-            parse_scheduler_overrides([bad], ["fifo"])
 
 
 @pytest.mark.parametrize(

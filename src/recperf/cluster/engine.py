@@ -7,7 +7,6 @@ a rack uplink share it, so their rates are recomputed whenever that set changes.
 
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
@@ -21,6 +20,7 @@ from recperf.cluster.base import (
     Scheduler,
     SchedulerView,
 )
+from recperf.cluster.bookkeeping import CKPT_DONE, FINISH, WAKE, EventQueue, LocalityWaits
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.network import JobComm
 from recperf.cluster.outcome import EngineConfig, Segment, SimResult
@@ -28,8 +28,7 @@ from recperf.cluster.topology import Cluster, Level
 from recperf.core.errors import RecperfError, SimulationError
 from recperf.core.progress import ProgressFn
 
-FUTURE, WAITING, RUNNING, CHECKPOINTING, DONE = 0, 1, 2, 3, 4
-_FINISH, _CKPT_DONE, _WAKE = 0, 1, 2  # same-time events: finishes free GPUs first
+WAITING, RUNNING, CHECKPOINTING, DONE = 1, 2, 3, 4  # job states; 0: not arrived yet
 
 
 class Simulator:
@@ -44,12 +43,8 @@ class Simulator:
         config: EngineConfig | None = None,
         seed: int = 0,
     ) -> None:
-        self.jobs, self.cluster, self.scheduler, self.placement = (
-            jobs,
-            cluster,
-            scheduler,
-            placement,
-        )
+        self.jobs, self.cluster = jobs, cluster
+        self.scheduler, self.placement = scheduler, placement
         self.cfg = config or EngineConfig()
         self.rng = np.random.default_rng(seed)
         too_big = np.flatnonzero(jobs.gpus > cluster.gpus)
@@ -83,13 +78,10 @@ class Simulator:
         self.comm_s = np.zeros(n)
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.widest = np.full(n, -1, dtype=np.int64)
-        self.version = np.zeros(n, dtype=np.int64)
         self.waiting_since = np.full(n, np.nan)
         self.last_run = np.zeros(n)
         self.run_started = np.zeros(n)
-        self.locality_wait = np.zeros(n)
-        self.held_since = np.full(n, np.nan)
-        self.held_ids: I64 = np.zeros(0, dtype=np.int64)
+        self.locality = LocalityWaits(n)
         self.progress = JobProgress(
             attained_gpu_s=self.attained, settled_at=self.settled_at,
             restore_until=self.restore_until, done_iters=self.done, iter_s=self.iter_s,
@@ -107,8 +99,7 @@ class Simulator:
         self.mark = np.zeros(n, dtype=np.bool_)
         self.n_waiting = 0
         self.uplink_jobs: list[set[int]] = [set() for _ in range(c.racks)]
-        self.heap: list[tuple[float, int, int, int, int]] = []
-        self.seq = 0
+        self.queue = EventQueue(n)
         self.next_wake = math.inf
         self.last_decision = -math.inf
         self.busy_t: list[float] = [0.0]
@@ -116,12 +107,6 @@ class Simulator:
         self.segments: list[Segment] = []
         self.events = 0
         self.decisions = 0
-
-    def _push(self, t: float, kind: int, job: int) -> None:
-        self.seq += 1
-        heapq.heappush(
-            self.heap, (t, kind, self.seq, job, int(self.version[job]) if job >= 0 else 0)
-        )
 
     def _mark_busy(self, now: float) -> None:
         busy = self.cluster.gpus - self.free_total
@@ -171,10 +156,10 @@ class Simulator:
         comm = self._comm_for(j, alloc)
         self.comm_now[j] = comm
         self.iter_s[j] = float(self.jobs.compute_s[j]) + comm
-        self.version[j] += 1
+        self.queue.cancel(j)
         remaining = max(float(self.jobs.total_iters[j]) - float(self.done[j]), 0.0)
         t_fin = max(now, float(self.restore_until[j])) + remaining * float(self.iter_s[j])
-        self._push(t_fin, _FINISH, j)
+        self.queue.push(t_fin, FINISH, j)
 
     def _uplink_change(self, j: int, now: float, join: bool) -> None:
         affected: set[int] = set()
@@ -226,7 +211,7 @@ class Simulator:
         self._settle(j, now)
         alloc = self.alloc[j]
         assert alloc is not None
-        self.version[j] += 1  # invalidates its pending finish event
+        self.queue.cancel(j)  # a stopped job must not finish
         self.last_run[j] = now - float(self.run_started[j])
         if alloc.level == Level.CLUSTER:
             self._uplink_change(j, now, join=False)
@@ -255,7 +240,7 @@ class Simulator:
         self._stop_running(j, now)
         self.preemptions[j] += 1
         self.state[j] = CHECKPOINTING
-        self._push(now + self.cfg.checkpoint_s, _CKPT_DONE, j)
+        self.queue.push(now + self.cfg.checkpoint_s, CKPT_DONE, j)
 
     def _checkpoint_done(self, j: int, now: float) -> None:
         alloc = self.alloc[j]
@@ -278,7 +263,7 @@ class Simulator:
         report_every = max(n // 200, 1)
         while finished < n:
             t_arr = float(arrivals[nxt]) if nxt < n else math.inf
-            t_evt = self.heap[0][0] if self.heap else math.inf
+            t_evt = self.queue.next_time()
             now = min(t_arr, t_evt)
             if now == math.inf:
                 raise SimulationError(
@@ -292,17 +277,15 @@ class Simulator:
                 nxt += 1
                 self.events += 1
                 changed = True
-            while self.heap and self.heap[0][0] <= now:
-                _, kind, _, j, ver = heapq.heappop(self.heap)
-                if kind == _WAKE:
+            while (event := self.queue.pop_due(now)) is not None:
+                kind, j = event
+                if kind == WAKE:
                     if now >= self.next_wake:
                         self.next_wake = math.inf
                     changed = True
                     continue
-                if ver != int(self.version[j]):
-                    continue  # superseded by a rate change or a preemption
                 self.events += 1
-                if kind == _FINISH:
+                if kind == FINISH:
                     self._finish(j, now)
                     finished += 1
                     if progress is not None and finished % report_every == 0:
@@ -355,7 +338,7 @@ class Simulator:
     def _wake(self, t: float) -> None:
         if t < self.next_wake:
             self.next_wake = t
-            self._push(t, _WAKE, -1)
+            self.queue.push(t, WAKE)
 
     def _decide(self, now: float, preempt: bool) -> None:
         self.decisions += 1
@@ -407,51 +390,33 @@ class Simulator:
             i += 1
         return keep
 
-    def _level_caps(self, constrained: bool = True) -> list[int]:
-        """Largest job placeable now at each Level (GPU, MACHINE, RACK, CLUSTER); without
-        level constraints only the total matters, so the per-machine scans are skipped."""
+    def _level_caps(self, constrained: bool) -> I64:
+        """Largest job placeable now at each Level; without level constraints only the total
+        matters, so the per-machine scans are skipped."""
         if not constrained:
-            return [self.free_total] * 4
-        c = self.cluster
-        per_machine = int(self.free.max())
-        per_rack = int(c.rack_free(self.free).max())
-        return [self.free_total, per_machine, per_rack, self.free_total]
-
-    def _hold_for_locality(self, held: I64, now: float) -> None:
-        """Track waits for locality: ``held`` are the waiting jobs that would fit the free GPUs
-        now but not within the level the scheduler allows them. Intervals open and close at
-        decision points."""
-        prev = self.held_ids
-        if not prev.size and not held.size:
-            return
-        closed = np.setdiff1d(prev, held, assume_unique=True)
-        opened = np.setdiff1d(held, prev, assume_unique=True)
-        self.locality_wait[closed] += now - self.held_since[closed]
-        self.held_since[closed] = np.nan
-        self.held_since[opened] = now
-        self.held_ids = np.sort(held)
+            return np.full(4, self.free_total, dtype=np.int64)
+        return self.cluster.level_caps(self.free)
 
     def _place_in_order(self, order: I64, levels: I64, blocking: bool, now: float) -> None:
         waiting = self.state[order] == WAITING
         if not waiting.any():
-            self._hold_for_locality(np.zeros(0, dtype=np.int64), now)
+            self.locality.update(np.zeros(0, dtype=np.int64), now)
             return
         order, levels = order[waiting], levels[waiting]
         demand = self.jobs.gpus[order]
         constrained = bool((levels < int(Level.CLUSTER)).any())
         caps = self._level_caps(constrained)
         if constrained:
-            held = (demand > np.asarray(caps)[levels]) & (demand <= self.free_total)
-            self._hold_for_locality(order[held], now)
+            held = (demand > caps[levels]) & (demand <= self.free_total)
+            self.locality.update(order[held], now)
         else:
-            self._hold_for_locality(np.zeros(0, dtype=np.int64), now)
+            self.locality.update(np.zeros(0, dtype=np.int64), now)
         if blocking:
             # Only a prefix can start: up to the first job whose cumulative demand overflows.
             k = int(np.searchsorted(np.cumsum(demand), self.free_total, side="right")) + 1
             order, levels, demand = order[:k], levels[:k], demand[:k]
         else:
-            cap_arr = np.asarray(caps)[levels]
-            fits = demand <= cap_arr
+            fits = demand <= caps[levels]
             order, levels, demand = order[fits], levels[fits], demand[fits]
         for j, lv, d in zip(order.tolist(), levels.tolist(), demand.tolist(), strict=True):
             if self.free_total == 0:
@@ -477,7 +442,7 @@ class Simulator:
             run_s=self.run_s,
             progress_s=self.progress_s,
             comm_s=self.comm_s,
-            locality_wait_s=self.locality_wait,
+            locality_wait_s=self.locality.total_s,
             preemptions=self.preemptions,
             widest_level=self.widest,
             busy_t=np.asarray(self.busy_t),

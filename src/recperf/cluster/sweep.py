@@ -4,15 +4,10 @@ parallel on local processes or on Ray, one row per run plus a summary grouped ov
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import itertools
 import math
-import multiprocessing as mp
 import os
-import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +15,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from recperf.cluster.api import RunSpec, build_scheduler, resolve_loader, run_summary, simulate
+from recperf.cluster.api import RunSpec, build_scheduler, resolve_loader
 from recperf.cluster.base import PLACEMENTS
-from recperf.cluster.metrics import job_columns
+from recperf.cluster.sweep_backends import (
+    RUN_KEYS,
+    RunOutcome,
+    SweepRun,
+    _run_local,
+    _run_ray,
+    _run_serial,
+    error_text,
+    failed_outcome,
+    run_one,
+)
 from recperf.cluster.topology import load_cluster
 from recperf.cluster.traces import BUNDLED
 from recperf.core.config import check_range
@@ -30,36 +35,27 @@ from recperf.core.errors import ConfigError
 from recperf.core.progress import ProgressFn
 from recperf.core.results import write_json, write_parquet
 
+__all__ = [
+    "BACKENDS",
+    "GROUP_KEYS",
+    "GROUP_METRICS",
+    "RUN_KEYS",
+    "RunOutcome",
+    "Sweep",
+    "SweepResult",
+    "SweepRun",
+    "error_text",
+    "failed_outcome",
+    "run_one",
+    "run_sweep",
+    "split_trace",
+    "summarize_groups",
+    "write_sweep",
+]
+
 BACKENDS = ("local", "ray", "serial")
-RUN_KEYS = ("trace", "cluster", "scheduler", "congestion", "seed")
 GROUP_KEYS = ("trace", "cluster", "scheduler", "congestion")
 GROUP_METRICS = ("makespan_s", "jct_mean_s", "jct_p95_s", "comm_overhead_frac")
-MAX_ERROR_CHARS = 300
-
-
-@dataclass(frozen=True, slots=True)
-class SweepRun:
-    """One point of a sweep: its keys and the RunSpec that simulates it."""
-
-    trace: str
-    """The trace entry as given (``NAME`` or ``NAME@CLUSTER``)."""
-    cluster: str
-    """The name of the cluster it runs on."""
-    scheduler: str
-    congestion: float
-    seed: int
-    spec: RunSpec
-
-    def keys(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in RUN_KEYS}
-
-
-@dataclass(frozen=True, slots=True)
-class RunOutcome:
-    """What one run sends back: its row, and its per-job columns when they were asked for."""
-
-    row: dict[str, Any]
-    jobs: dict[str, Any] | None = None
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -161,141 +157,6 @@ def split_trace(entry: str) -> tuple[str, str | None]:
     if not name or not cluster:
         raise ConfigError(f"trace entry {entry!r}: expected NAME or NAME@CLUSTER")
     return name, cluster
-
-
-def run_one(run: SweepRun, keep_jobs: bool = False) -> RunOutcome:
-    """Simulate one run; any exception becomes a failed row instead of propagating."""
-    t0 = time.perf_counter()
-    try:
-        res = simulate(run.spec)
-        summary = run_summary(run.spec, res)
-        jobs = job_columns(res) if keep_jobs else None
-    except Exception as exc:
-        return failed_outcome(run, exc, time.perf_counter() - t0)
-    row = {**run.keys(), "status": "ok", "error": "", "wall_s": time.perf_counter() - t0}
-    row.update((k, v) for k, v in summary.items() if k not in row)
-    if jobs is not None:
-        n = len(res.jobs)
-        tags = {k: [v] * n if isinstance(v, str) else np.full(n, v) for k, v in run.keys().items()}
-        jobs = {**tags, **jobs}
-    return RunOutcome(row, jobs)
-
-
-def failed_outcome(run: SweepRun, exc: BaseException, wall_s: float = math.nan) -> RunOutcome:
-    return RunOutcome(
-        {**run.keys(), "status": "failed", "error": error_text(exc), "wall_s": wall_s}
-    )
-
-
-def error_text(exc: BaseException) -> str:
-    """``ExcType: message`` on one line (a Ray task error is reported as its cause)."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, BaseException):
-        exc = cause
-    message = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
-
-
-OnDone = Callable[[int, RunOutcome], None]
-
-
-def _run_serial(runs: Sequence[SweepRun], keep_jobs: bool, on_done: OnDone) -> None:
-    for i, run in enumerate(runs):
-        on_done(i, run_one(run, keep_jobs))
-
-
-Task = Callable[[SweepRun, bool], RunOutcome]
-
-
-def _run_local(
-    runs: Sequence[SweepRun], keep_jobs: bool, workers: int, on_done: OnDone, task: Task = run_one
-) -> None:
-    """Run on a process pool. A worker that dies (segfault, OOM kill) breaks the whole pool and
-    fails every unfinished run with it: those are retried on a fresh pool, and when a pool makes
-    no progress, one at a time, so that only the run that kills its worker is reported failed."""
-    todo, width = list(range(len(runs))), workers
-    while todo:
-        broken = _pool_pass(runs, todo, keep_jobs, width, on_done, task)
-        if broken and width == 1:  # one worker runs tasks in order: the first broken one crashed
-            i, exc = broken[0]
-            on_done(i, failed_outcome(runs[i], exc))
-            broken = broken[1:]
-        stalled = len(broken) == len(todo)
-        todo, width = [i for i, _ in broken], 1 if stalled else workers
-
-
-def _pool_pass(
-    runs: Sequence[SweepRun],
-    todo: Sequence[int],
-    keep_jobs: bool,
-    workers: int,
-    on_done: OnDone,
-    task: Task,
-) -> list[tuple[int, BaseException]]:
-    """One pool over ``todo``; returns the runs lost to a broken pool, in submission order."""
-    # fork is unsafe in a process with threads (rich, pyarrow); forkserver/spawn start clean.
-    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method))
-    broken: list[tuple[int, BaseException]] = []
-    try:
-        futures = {pool.submit(task, runs[i], keep_jobs): i for i in todo}
-        for fut in as_completed(futures):
-            i = futures[fut]
-            try:
-                outcome = fut.result()
-            except BrokenProcessPool as exc:
-                broken.append((i, exc))
-                continue
-            except Exception as exc:  # e.g. a result that cannot be pickled back
-                outcome = failed_outcome(runs[i], exc)
-            on_done(i, outcome)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-    return sorted(broken, key=lambda b: b[0])  # todo is ascending: submission order
-
-
-def _import_ray() -> Any:
-    try:
-        return importlib.import_module("ray")
-    except ImportError:
-        raise ConfigError(
-            "--backend ray needs Ray, which is not installed: pip install 'recperf[ray]'"
-        ) from None
-
-
-def _run_ray(
-    runs: Sequence[SweepRun],
-    keep_jobs: bool,
-    workers: int,
-    address: str | None,
-    on_done: OnDone,
-    task: Task = run_one,
-) -> None:
-    ray = _import_ray()
-    started = not ray.is_initialized()
-    if started and address:
-        ray.init(address=address)
-    elif started:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
-    pending: dict[Any, int] = {}
-    try:
-        remote = ray.remote(num_cpus=1)(task)
-        pending = {remote.remote(run, keep_jobs): i for i, run in enumerate(runs)}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                i = pending.pop(ref)
-                try:
-                    outcome = ray.get(ref)
-                except Exception as exc:  # RayTaskError, WorkerCrashedError, ...
-                    outcome = failed_outcome(runs[i], exc)
-                on_done(i, outcome)
-    finally:
-        for ref in pending:  # interrupted: do not leave tasks running on a shared cluster
-            ray.cancel(ref)
-        if started:
-            ray.shutdown()
 
 
 @dataclass(frozen=True)
@@ -410,51 +271,3 @@ def write_sweep(out: str | Path, result: SweepResult) -> dict[str, Any]:
     }
     write_json(out / "sweep.json", summary)  # last: its presence marks a complete sweep
     return summary
-
-
-def parse_seeds(text: str, flag: str = "--seeds") -> tuple[int, ...]:
-    """``0-4``, ``0,3,7`` or a mix like ``0-2,9`` -> the seeds in the order given."""
-    seeds: list[int] = []
-    for item in (part.strip() for part in text.split(",")):
-        where = repr(item) if item == text.strip() else f"{item!r} in {text!r}"
-        lo, dash, hi = item.partition("-")
-        try:
-            first, last = int(lo), int(hi if dash else lo)
-        except ValueError:
-            raise ConfigError(
-                f"{flag}: cannot read {where}; expected e.g. 0-4, 0,3,7 or 0-2,9"
-            ) from None
-        if first < 0 or last < first:
-            raise ConfigError(f"{flag}: {where} is not a range of seeds >= 0 (low-high)")
-        seeds.extend(range(first, last + 1))
-    return tuple(seeds)
-
-
-def parse_floats(text: str, flag: str = "--congestion") -> tuple[float, ...]:
-    """A comma list of numbers, e.g. ``1,2,4``."""
-    try:
-        values = tuple(float(part) for part in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or not all(map(math.isfinite, values)):
-        raise ConfigError(f"{flag}: expected comma-separated numbers, got {text!r}")
-    return values
-
-
-def parse_scheduler_overrides(
-    pairs: Sequence[str] | None, schedulers: Sequence[str], flag: str = "--opt"
-) -> dict[str, dict[str, str]]:
-    """``SCHED.key=value`` flags -> {scheduler: {key: value}}; SCHED must be in ``schedulers``
-    (matched as the longest listed name, so ``pkg.mod:Cls.key=v`` works too)."""
-    out: dict[str, dict[str, str]] = {}
-    for pair in pairs or []:
-        target, sep, value = pair.partition("=")
-        matches = [s for s in schedulers if target.startswith(f"{s}.") and len(target) > len(s) + 1]
-        if not sep or not matches:
-            raise ConfigError(
-                f"{flag}: expected SCHEDULER.key=value with SCHEDULER one of "
-                f"{', '.join(schedulers)}; got {pair!r}"
-            )
-        sched = max(matches, key=len)
-        out.setdefault(sched, {})[target[len(sched) + 1 :].strip()] = value.strip()
-    return out

@@ -72,14 +72,25 @@ class Cluster:
     def gpus_per_rack(self) -> int:
         return self.machines_per_rack * self.gpus_per_machine
 
-    def rack_of(self) -> NDArray[np.int64]:
-        """Rack index of each machine."""
-        return np.arange(self.machines, dtype=np.int64) // self.machines_per_rack
-
     def rack_free(self, free: NDArray[np.int64]) -> NDArray[np.int64]:
         """Per-rack totals of a per-machine count (machines are numbered rack by rack)."""
         out: NDArray[np.int64] = free.reshape(self.racks, self.machines_per_rack).sum(axis=1)
         return out
+
+    def level_caps(self, free: NDArray[np.int64]) -> NDArray[np.int64]:
+        """The largest GPU demand placeable on ``free`` at each Level, indexed by Level.
+
+        ``free`` holds the free GPUs of each machine (length ``machines``, numbered rack by
+        rack). Returns 4 values: GPU and CLUSTER the total free GPUs (a single GPU, or a job
+        spanning racks, may use any of them), MACHINE the most free on one machine, RACK the
+        most free under one rack switch. A ``d``-GPU job fits within a level ``lv`` no tighter than
+        its ``min_level`` exactly when ``d <= caps[lv]``; index with an array of levels to test
+        many jobs at once.
+        """
+        total = int(free.sum())
+        return np.asarray(
+            [total, int(free.max()), int(self.rack_free(free).max()), total], dtype=np.int64
+        )
 
     def min_level(self, gpus: int) -> Level:
         """The tightest level a job of ``gpus`` GPUs can possibly be placed at."""

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -71,7 +71,3 @@ def write_parquet(path: str | Path, columns: Mapping[str, Any]) -> Path:
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return Path(path)
-
-
-def open_text(path: str | Path) -> IO[str]:
-    return Path(path).open("r", encoding="utf-8")

@@ -1,0 +1,183 @@
+"""How the runs of a sweep execute: one run, whose failure becomes a row rather than an
+exception, and the backends that run many (serial, a local process pool, Ray)."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import multiprocessing as mp
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recperf.cluster.api import RunSpec, run_summary, simulate
+from recperf.cluster.metrics import job_columns
+from recperf.core.errors import ConfigError
+
+RUN_KEYS = ("trace", "cluster", "scheduler", "congestion", "seed")
+MAX_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class SweepRun:
+    """One point of a sweep: its keys and the RunSpec that simulates it."""
+
+    trace: str
+    """The trace entry as given (``NAME`` or ``NAME@CLUSTER``)."""
+    cluster: str
+    """The name of the cluster it runs on."""
+    scheduler: str
+    congestion: float
+    seed: int
+    spec: RunSpec
+
+    def keys(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in RUN_KEYS}
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """What one run sends back: its row, and its per-job columns when they were asked for."""
+
+    row: dict[str, Any]
+    jobs: dict[str, Any] | None = None
+
+
+def run_one(run: SweepRun, keep_jobs: bool = False) -> RunOutcome:
+    """Simulate one run; any exception becomes a failed row instead of propagating."""
+    t0 = time.perf_counter()
+    try:
+        res = simulate(run.spec)
+        summary = run_summary(run.spec, res)
+        jobs = job_columns(res) if keep_jobs else None
+    except Exception as exc:
+        return failed_outcome(run, exc, time.perf_counter() - t0)
+    row = {**run.keys(), "status": "ok", "error": "", "wall_s": time.perf_counter() - t0}
+    row.update((k, v) for k, v in summary.items() if k not in row)
+    if jobs is not None:
+        n = len(res.jobs)
+        tags = {k: [v] * n if isinstance(v, str) else np.full(n, v) for k, v in run.keys().items()}
+        jobs = {**tags, **jobs}
+    return RunOutcome(row, jobs)
+
+
+def failed_outcome(run: SweepRun, exc: BaseException, wall_s: float = math.nan) -> RunOutcome:
+    return RunOutcome(
+        {**run.keys(), "status": "failed", "error": error_text(exc), "wall_s": wall_s}
+    )
+
+
+def error_text(exc: BaseException) -> str:
+    """``ExcType: message`` on one line (a Ray task error is reported as its cause)."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        exc = cause
+    message = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
+
+
+OnDone = Callable[[int, RunOutcome], None]
+
+
+def _run_serial(runs: Sequence[SweepRun], keep_jobs: bool, on_done: OnDone) -> None:
+    for i, run in enumerate(runs):
+        on_done(i, run_one(run, keep_jobs))
+
+
+Task = Callable[[SweepRun, bool], RunOutcome]
+
+
+def _run_local(
+    runs: Sequence[SweepRun], keep_jobs: bool, workers: int, on_done: OnDone, task: Task = run_one
+) -> None:
+    """Run on a process pool. A worker that dies (segfault, OOM kill) breaks the whole pool and
+    fails every unfinished run with it: those are retried on a fresh pool, and when a pool makes
+    no progress, one at a time, so that only the run that kills its worker is reported failed."""
+    todo, width = list(range(len(runs))), workers
+    while todo:
+        broken = _pool_pass(runs, todo, keep_jobs, width, on_done, task)
+        if broken and width == 1:  # one worker runs tasks in order: the first broken one crashed
+            i, exc = broken[0]
+            on_done(i, failed_outcome(runs[i], exc))
+            broken = broken[1:]
+        stalled = len(broken) == len(todo)
+        todo, width = [i for i, _ in broken], 1 if stalled else workers
+
+
+def _pool_pass(
+    runs: Sequence[SweepRun],
+    todo: Sequence[int],
+    keep_jobs: bool,
+    workers: int,
+    on_done: OnDone,
+    task: Task,
+) -> list[tuple[int, BaseException]]:
+    """One pool over ``todo``; returns the runs lost to a broken pool, in submission order."""
+    # fork is unsafe in a process with threads (rich, pyarrow); forkserver/spawn start clean.
+    method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method))
+    broken: list[tuple[int, BaseException]] = []
+    try:
+        futures = {pool.submit(task, runs[i], keep_jobs): i for i in todo}
+        for fut in as_completed(futures):
+            i = futures[fut]
+            try:
+                outcome = fut.result()
+            except BrokenProcessPool as exc:
+                broken.append((i, exc))
+                continue
+            except Exception as exc:  # e.g. a result that cannot be pickled back
+                outcome = failed_outcome(runs[i], exc)
+            on_done(i, outcome)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return sorted(broken, key=lambda b: b[0])  # todo is ascending: submission order
+
+
+def _import_ray() -> Any:
+    try:
+        return importlib.import_module("ray")
+    except ImportError:
+        raise ConfigError(
+            "--backend ray needs Ray, which is not installed: pip install 'recperf[ray]'"
+        ) from None
+
+
+def _run_ray(
+    runs: Sequence[SweepRun],
+    keep_jobs: bool,
+    workers: int,
+    address: str | None,
+    on_done: OnDone,
+    task: Task = run_one,
+) -> None:
+    ray = _import_ray()
+    started = not ray.is_initialized()
+    if started and address:
+        ray.init(address=address)
+    elif started:
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    pending: dict[Any, int] = {}
+    try:
+        remote = ray.remote(num_cpus=1)(task)
+        pending = {remote.remote(run, keep_jobs): i for i, run in enumerate(runs)}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                i = pending.pop(ref)
+                try:
+                    outcome = ray.get(ref)
+                except Exception as exc:  # RayTaskError, WorkerCrashedError, ...
+                    outcome = failed_outcome(runs[i], exc)
+                on_done(i, outcome)
+    finally:
+        for ref in pending:  # interrupted: do not leave tasks running on a shared cluster
+            ray.cancel(ref)
+        if started:
+            ray.shutdown()
