@@ -45,8 +45,8 @@ def run(trace_name: str, fraction: float, args: argparse.Namespace) -> dict[str,
     lookups = eb.make_lookups(cfg, trace, args.inputs, "cpu")
     eb.CPU_HOT_FRACTION = fraction
     hot = eb.hot_rows_for(cfg, trace, tables)
-    ref = KERNELS.create("torch", tables)
-    hot_kernel = KERNELS.create("torch-hot", tables, hot_rows=hot)
+    ref = KERNELS.build("torch", None, tables)
+    hot_kernel = KERNELS.build("torch-hot", None, tables, hot_rows=hot)
     remapped = [
         Lookup(
             indices=torch.cat(

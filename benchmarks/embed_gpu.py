@@ -31,10 +31,11 @@ import torch
 
 from recperf.core.errors import RecperfError
 from recperf.embed import traces
+from recperf.embed.autotune import Space
 from recperf.embed.bench import bench, make_lookups
-from recperf.embed.kernels import KERNELS, PARAM_SPACE, check_kernel
+from recperf.embed.kernels import KERNELS, check_kernel
 from recperf.embed.kernels.compiled import ARCHS, compile_tbe
-from recperf.embed.kernels.triton_tbe import GPU_SPACE, TBEConfig
+from recperf.embed.kernels.triton_tbe import GPU_SPACE, launch_config
 from recperf.embed.model import config
 from recperf.embed.timing import median_s
 
@@ -84,15 +85,14 @@ def check_all(device: str) -> dict[str, str]:
     return results
 
 
-def resources(variant: str, params: dict[str, int]) -> dict[str, Any]:
+def resources(variant: str, params: dict[str, Any], dim: int) -> dict[str, Any]:
     """Registers, spills and theoretical occupancy of a tuned launch shape on this GPU."""
     major, minor = torch.cuda.get_device_capability() if torch.cuda.is_available() else (9, 0)
     cc = 10 * major + minor
     if cc not in ARCHS:
         return {"skipped": f"no occupancy table for sm_{cc}"}
     try:
-        prefetch = 1 if variant in ("triton-prefetch", "combined") else 0  # factory defaults
-        res = compile_tbe(TBEConfig(**{"block_d": 128, "prefetch": prefetch, **params}), cc=cc)
+        res = compile_tbe(launch_config(KERNELS.config(variant, params), dim), cc=cc)
     except RecperfError as exc:
         return {"skipped": str(exc)}
     keep = ("registers", "spill_bytes", "shared_bytes", "occupancy", "limiter")
@@ -129,15 +129,11 @@ def main() -> None:
         sys.exit("embed_gpu.py needs a CUDA GPU (or --dry-run with TRITON_INTERPRET=1)")
     t0 = time.perf_counter()
     space = {k: v[:1] for k, v in GPU_SPACE.items()} if args.dry_run else GPU_SPACE
-    for name in VARIANTS:
-        PARAM_SPACE[name] = {
-            **space,
-            **(
-                {"prefetch": (1, 2)[: 1 if args.dry_run else 2]}
-                if "prefetch" in PARAM_SPACE[name]
-                else {}
-            ),
-        }
+    prefetch = {"prefetch": (1, 2)[: 1 if args.dry_run else 2]}
+    spaces: dict[str, Space] = {
+        name: {**space, **(prefetch if "prefetch" in KERNELS.entry(name).space else {})}
+        for name in VARIANTS
+    }
     device = "cpu" if args.dry_run else "cuda"
     cfg = config("small", batch_size=8) if args.dry_run else config("paper")
     reps = 2 if args.dry_run else args.reps
@@ -162,12 +158,14 @@ def main() -> None:
         if time.perf_counter() - t0 > BUDGET_S:
             out["runs"].append({"trace": trace, "skipped": "time budget"})
             continue
-        result = bench(cfg, trace, list(VARIANTS), device=device, reps=reps, tune=True)
+        result = bench(
+            cfg, trace, list(VARIANTS), device=device, reps=reps, tune=True, spaces=spaces
+        )
         fbgemm = {"skipped": "dry run"} if args.dry_run else fbgemm_ms(trace, reps)
         run = result.to_json() | {"fbgemm": fbgemm}
         for v in run["variants"]:
             if v["variant"] in VARIANTS:
-                v["resources"] = resources(v["variant"], v["params"])
+                v["resources"] = resources(v["variant"], v["params"], cfg.dim)
         out["runs"].append(run)
         save()
         print(f"{trace}: copy {result.copy_gb_per_s:.0f} GB/s", flush=True)

@@ -15,7 +15,7 @@ from recperf.core.errors import ConfigError
 from recperf.embed import autotune as at
 from recperf.embed import traces
 from recperf.embed.bench import bench, make_lookups
-from recperf.embed.kernels import KERNELS, PARAM_SPACE
+from recperf.embed.kernels import KERNELS
 from recperf.embed.model import (
     MLPERF_MULTI_HOT,
     EmbedConfig,
@@ -55,7 +55,7 @@ def test_named_configs() -> None:
 def test_kernel_stage_in_the_shared_dlrm_equals_its_own_embedding_bags() -> None:
     tables = random_tables(TINY, torch.float32, "cpu", seed=1)
     for name in ("torch", "torch-hot", "triton"):
-        model = inference_model(TINY, KERNELS.create(name, tables))
+        model = inference_model(TINY, KERNELS.build(name, None, tables))
         plain = DLRM(TINY.dlrm()).eval()
         plain.load_state_dict({k: v for k, v in model.state_dict().items()}, strict=False)
         for bag, w in zip(plain.embeddings.bags, tables.weights, strict=True):  # type: ignore[union-attr, arg-type]
@@ -95,22 +95,70 @@ def test_bench_reports_every_variant_against_torch() -> None:
         bench(TINY, "uniform", ["nope"])
 
 
-def test_autotune_picks_the_fastest_correct_candidate_and_caches_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(PARAM_SPACE, "triton", {"block_d": (16, 32), "num_warps": (1,)})
+def test_bench_builds_each_variant_with_its_options_and_rejects_bad_ones() -> None:
+    result = bench(TINY, "uniform", ["triton"], reps=2, options={"triton": {"block_n": "8"}})
+    assert [v.params for v in result.variants] == [{}, {"block_n": "8"}]
+    assert result.variants[1].max_abs_err < 1e-5
+    with pytest.raises(ConfigError, match=r"^embedding kernel 'triton': block_n = 3 is not one"):
+        bench(TINY, "uniform", ["triton"], options={"triton": {"block_n": 3}})
+
+
+def test_grid_spans_the_registered_space() -> None:
+    space = KERNELS.entry("triton-prefetch").space
+    points = at.grid("triton-prefetch")
+    assert len(points) == len({tuple(sorted(p.items())) for p in points})
+    assert len(points) == 5 * 4 * 4 * 4 * 2 and set(points[0]) == set(space)
+    assert at.grid("torch") == [{}] and at.grid("triton", {"block_n": (8, 16)}) == [
+        {"block_n": 8},
+        {"block_n": 16},
+    ]
+
+
+def test_autotune_picks_the_fastest_correct_candidate_and_caches_it(tmp_path: Path) -> None:
+    spaces = {"triton": {"block_d": (16, 32), "num_warps": (1,)}}
     tables = random_tables(TINY, torch.float32, "cpu", seed=0)
     trace = traces.resolve("uniform", rows=30, tables=3, lookups=100)
     lookups = make_lookups(TINY, trace, 2, "cpu")
     cache = tmp_path / "tune.json"
-    first = at.autotune(tables, lookups, variants=["triton"], trace="u", reps=2, cache=cache)
+
+    def tune() -> at.TuneResult:
+        return at.autotune(
+            tables, lookups, variants=["triton"], trace="u", reps=2, cache=cache, spaces=spaces
+        )
+
+    first = tune()
     assert len(first.candidates) == 2 and not first.cached
     assert first.params in ({"block_d": 16, "num_warps": 1}, {"block_d": 32, "num_warps": 1})
     assert first.ms == min(c["ms"] for c in first.candidates)
-    again = at.autotune(tables, lookups, variants=["triton"], trace="u", reps=2, cache=cache)
+    again = tune()
     assert again.cached and again.params == first.params
-    key = at.cache_key(tables, lookups, "u", ["triton"])
+    key = at.cache_key(tables, lookups, "u", ["triton"], spaces=spaces)
     assert key.startswith("cpu|float32|sum|T3|D5") and key in json.loads(cache.read_text())
+    assert key != at.cache_key(tables, lookups, "u", ["triton"])  # another grid, another entry
+
+
+def test_autotune_keeps_fixed_options_and_rejects_bad_ones_up_front(tmp_path: Path) -> None:
+    tables = random_tables(TINY, torch.float32, "cpu", seed=0)
+    lookups = make_lookups(
+        TINY, traces.resolve("uniform", rows=30, tables=3, lookups=100), 1, "cpu"
+    )
+    result = at.autotune(
+        tables,
+        lookups,
+        variants=["triton"],
+        reps=1,
+        cache=None,
+        options={"triton": {"block_n": 8, "num_warps": 2}},
+        spaces={"triton": {"num_warps": (1, 4)}},
+    )
+    assert [c["params"] for c in result.candidates] == [
+        {"block_n": 8, "num_warps": 1},
+        {"block_n": 8, "num_warps": 4},
+    ]
+    with pytest.raises(ConfigError, match=r"^embedding kernel 'triton': unknown key 'warps'"):
+        at.autotune(
+            tables, lookups, variants=["triton"], cache=None, spaces={"triton": {"warps": (1,)}}
+        )
 
 
 def test_cli_check_and_bench() -> None:

@@ -94,9 +94,9 @@ def test_counter_finds_the_hottest_rows_most_first_and_decays() -> None:
 
 def test_hot_kernel_refreshes_its_hot_set_and_stays_exact() -> None:
     tables = _tables([40, 20], dim=5)
-    kernel = KERNELS.create("hot-l2", tables, hot_fraction=0.25, refresh=2)
+    kernel = KERNELS.build("hot-l2", {"hot_fraction": 0.25, "refresh": "2"}, tables)
     assert isinstance(kernel, HotRowKernel)
-    ref = KERNELS.create("torch", tables)
+    ref = KERNELS.build("torch", None, tables)
     for i in range(5):
         lookup = make_lookup(tables, batch_size=4, pooling_factor=4, seed=i, skew=1.5)
         torch.testing.assert_close(kernel(lookup), ref(lookup), rtol=1e-6, atol=1e-5)
@@ -109,20 +109,39 @@ def test_hot_kernel_refreshes_its_hot_set_and_stays_exact() -> None:
 def test_static_hot_rows_are_used_as_given() -> None:
     tables = _tables([8, 3])
     hot = (torch.tensor([5, 1]), torch.tensor([2]))
-    kernel = KERNELS.create("combined", tables, hot_rows=hot, prefetch=2)
-    assert isinstance(kernel, HotRowKernel)
+    kernel = KERNELS.build("combined", {"prefetch": 2}, tables, hot_rows=hot)
+    assert isinstance(kernel, HotRowKernel) and kernel.config.prefetch == 2
+    assert kernel.counter is None  # given hot rows are never re-counted
     region = kernel.remapper.hot_region  # by rank: table 0's 5, table 1's 2, table 0's 1
     assert torch.equal(region, torch.stack([tables.weights[0][5], tables.weights[1][2],
                                             tables.weights[0][1]]))  # fmt: skip
     lookup = make_lookup(tables, batch_size=2, pooling_factor=3, seed=4, weighted=True)
-    ref = KERNELS.create("torch", tables)(lookup)
+    ref = KERNELS.build("torch", None, tables)(lookup)
     torch.testing.assert_close(kernel(lookup), ref, rtol=1e-6, atol=1e-5)
 
 
-@pytest.mark.parametrize(("param", "value"), [("hot_fraction", 1.5), ("refresh", 0)])
-def test_bad_hot_params(param: str, value: float) -> None:
-    with pytest.raises(ConfigError, match=param):
-        KERNELS.create("hot-l2", _tables([4]), **{param: value})
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("hot-l2", {"hot_fraction": 1.5}, "hot_fraction = 1.5 is outside the allowed range (0, 1]"),
+        ("hot-l2", {"hot_fraction": 0}, "hot_fraction = 0.0 is outside the allowed range (0, 1]"),
+        ("hot-l2", {"refresh": 0}, "refresh = 0 is outside the allowed range [1, inf]"),
+        ("combined", {"refresh": "x"}, "refresh: expected an integer, got 'x'"),
+        ("combined", {"prefetch": 0}, "prefetch = 0 is not one of 1, 2"),
+        (
+            "hot-l2",
+            {"hot_rows": 1},
+            "unknown key 'hot_rows'; allowed: bags_per_program, block_d, block_n, hot_fraction, "
+            "num_warps, refresh",
+        ),
+    ],
+)
+def test_bad_hot_options_are_one_line_config_errors(
+    name: str, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        KERNELS.build(name, options, _tables([4]))
+    assert str(err.value) == f"embedding kernel {name!r}: {message}"
 
 
 @pytest.mark.parametrize(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -10,7 +13,6 @@ from hypothesis import strategies as st
 from recperf.core.errors import ConfigError, ContractError
 from recperf.embed.kernels import (
     KERNELS,
-    PARAM_SPACE,
     Lookup,
     Tables,
     base,
@@ -19,13 +21,43 @@ from recperf.embed.kernels import (
     triton_tbe,
 )
 from recperf.embed.kernels.base import KernelCase, case_inputs, magnitude, mismatch
+from recperf.embed.kernels.hotrows import CombinedConfig, HotL2Config
+from recperf.embed.kernels.torch_hot import TorchHotConfig
+from recperf.embed.kernels.triton_tbe import TritonConfig, TritonPrefetchConfig
 
 NAMES = KERNELS.names()
+LAUNCH = ["bags_per_program", "block_d", "block_n", "num_warps"]
 
 
-def test_all_kernels_registered() -> None:
+def _fields(cls: type[Any] | None) -> list[str]:
+    return sorted(f.name for f in dataclasses.fields(cls)) if cls is not None else []
+
+
+def test_all_kernels_registered_with_their_config_and_space() -> None:
     assert NAMES == ["combined", "hot-l2", "torch", "torch-hot", "triton", "triton-prefetch"]
-    assert set(PARAM_SPACE) == set(NAMES)
+    configs = {name: KERNELS.entry(name).config for name in NAMES}
+    assert configs == {
+        "combined": CombinedConfig,
+        "hot-l2": HotL2Config,
+        "torch": None,
+        "torch-hot": TorchHotConfig,
+        "triton": TritonConfig,
+        "triton-prefetch": TritonPrefetchConfig,
+    }
+    assert _fields(TritonConfig) == LAUNCH
+    assert _fields(TritonPrefetchConfig) == sorted([*LAUNCH, "prefetch"])
+    assert _fields(HotL2Config) == sorted([*LAUNCH, "hot_fraction", "refresh"])
+    assert _fields(CombinedConfig) == sorted([*LAUNCH, "hot_fraction", "prefetch", "refresh"])
+    assert _fields(TorchHotConfig) == ["hot_fraction"]
+    spaces = {name: sorted(KERNELS.entry(name).space) for name in NAMES}
+    assert spaces == {
+        "combined": sorted([*LAUNCH, "prefetch"]),
+        "hot-l2": LAUNCH,
+        "torch": [],
+        "torch-hot": [],
+        "triton": LAUNCH,
+        "triton-prefetch": sorted([*LAUNCH, "prefetch"]),
+    }
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -33,10 +65,10 @@ def test_check_kernel_passes(name: str) -> None:
     check_kernel(name, seed=1, cases=6)
 
 
-def _compare(name: str, case: KernelCase, **params: object) -> None:
+def _compare(name: str, case: KernelCase, options: dict[str, Any] | None = None) -> None:
     tables, lookup = case_inputs(case)
-    out = KERNELS.create(name, tables, **params)(lookup)
-    ref = KERNELS.create("torch", tables)(lookup)
+    out = KERNELS.build(name, options, tables)(lookup)
+    ref = KERNELS.build("torch", None, tables)(lookup)
     assert mismatch(out, ref, magnitude(tables, lookup), tables.dtype) == ""
 
 
@@ -88,9 +120,9 @@ def test_empty_bags_one_row_tables_and_ragged_dim(name: str, pooling: str, weigh
         batch_size=2,
         per_sample_weights=torch.tensor([0.5, -1.0, 2.0, 3.0, 0.25]) if weighted else None,
     )
-    params = {} if name in ("torch", "torch-hot") else {"block_d": 16}
-    out = KERNELS.create(name, tables, **params)(lookup)
-    ref = KERNELS.create("torch", tables)(lookup)
+    options = {} if name in ("torch", "torch-hot") else {"block_d": 16}
+    out = KERNELS.build(name, options, tables)(lookup)
+    ref = KERNELS.build("torch", None, tables)(lookup)
     assert torch.equal(out[0, 0], torch.zeros(33)) and torch.equal(out[0, 1], torch.zeros(33))
     w = lookup.per_sample_weights if weighted else torch.ones(5)
     assert w is not None
@@ -100,7 +132,7 @@ def test_empty_bags_one_row_tables_and_ragged_dim(name: str, pooling: str, weigh
     assert mismatch(out, ref, magnitude(tables, lookup), torch.float32) == ""
 
 
-PARAMS = [(n, p, v) for n, space in PARAM_SPACE.items() for p, vs in space.items() for v in vs]
+PARAMS = [(n, p, v) for n in NAMES for p, vs in KERNELS.entry(n).space.items() for v in vs]
 
 
 @pytest.mark.parametrize(("name", "param", "value"), PARAMS)
@@ -115,23 +147,56 @@ def test_every_tunable_value_is_accepted_and_correct(name: str, param: str, valu
         weighted=True,
         seed=value,
     )
-    _compare(name, case, **{param: value})
+    _compare(name, case, {param: value})
+
+
+def test_options_from_the_cli_are_strings_converted_by_the_config() -> None:
+    tables = Tables(weights=(torch.randn(4, 8),))
+    kernel = KERNELS.build("triton-prefetch", {"block_n": "32", "prefetch": "2"}, tables)
+    assert isinstance(kernel, triton_tbe.TritonTBE)
+    assert kernel.options == TritonPrefetchConfig(block_n=32, prefetch=2)
+    assert kernel.config == triton_tbe.TBEConfig(block_d=16, block_n=32, prefetch=2)
+
+
+ALLOWED_LAUNCH = "bags_per_program, block_d, block_n, num_warps"
 
 
 @pytest.mark.parametrize(
-    ("param", "value"),
-    [("block_d", 24), ("block_n", 3), ("num_warps", 3), ("bags_per_program", 0)],
+    ("name", "options", "message"),
+    [
+        ("triton", {"block_d": 24}, "block_d = 24 is not one of 16, 32, 64, 128, 256"),
+        ("triton", {"block_n": 3}, "block_n = 3 is not one of 4, 8, 16, 32, 64"),
+        ("triton", {"num_warps": "3"}, "num_warps = 3 is not one of 1, 2, 4, 8, 16"),
+        ("triton", {"bags_per_program": 0}, "bags_per_program = 0 is outside the allowed range"),
+        ("triton", {"block_n": "x"}, "block_n: expected an integer, got 'x'"),
+        ("triton", {"prefetch": 1}, f"unknown key 'prefetch'; allowed: {ALLOWED_LAUNCH}"),
+        ("triton-prefetch", {"prefetch": 3}, "prefetch = 3 is not one of 1, 2"),
+        ("triton-prefetch", {"prefetch": 0}, "prefetch = 0 is not one of 1, 2"),
+        ("combined", {"prefetch": 3}, "prefetch = 3 is not one of 1, 2"),
+        ("hot-l2", {"block_n": 3}, "block_n = 3 is not one of 4, 8, 16, 32, 64"),
+        (
+            "torch-hot",
+            {"hot_fraction": 0},
+            "hot_fraction = 0.0 is outside the allowed range (0, 1]",
+        ),
+        ("torch-hot", {"block_n": 16}, "unknown key 'block_n'; allowed: hot_fraction"),
+        ("torch", {"block_n": 16}, "takes no options (got block_n)"),
+    ],
 )
-def test_bad_tunable_is_a_config_error_naming_it(param: str, value: int) -> None:
+def test_bad_options_are_one_line_config_errors_from_build(
+    name: str, options: dict[str, Any], message: str
+) -> None:
     tables = Tables(weights=(torch.randn(4, 8),))
-    with pytest.raises(ConfigError, match=param):
-        KERNELS.create("triton", tables, **{param: value})
+    with pytest.raises(ConfigError) as err:
+        KERNELS.build(name, options, tables)
+    assert str(err.value).startswith(f"embedding kernel {name!r}: {message}")
+    assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("name", ["triton-prefetch", "combined"])
-def test_prefetch_must_be_one_or_two(name: str) -> None:
-    with pytest.raises(ConfigError, match="prefetch"):
-        KERNELS.create(name, Tables(weights=(torch.randn(4, 8),)), prefetch=3)
+def test_check_kernel_takes_options_and_rejects_bad_ones() -> None:
+    check_kernel("triton", cases=2, options={"block_d": "16", "num_warps": 1})
+    with pytest.raises(ConfigError, match=r"^embedding kernel 'triton': block_n = 3 "):
+        check_kernel("triton", cases=2, options={"block_n": 3})
 
 
 @pytest.mark.parametrize("name", ["triton", "triton-prefetch", "hot-l2", "combined"])
@@ -140,7 +205,7 @@ def test_triton_kernels_on_cpu_need_the_interpreter(
 ) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ConfigError, match="TRITON_INTERPRET=1"):
-        KERNELS.create(name, Tables(weights=(torch.randn(4, 8),)))
+        KERNELS.build(name, None, Tables(weights=(torch.randn(4, 8),)))
 
 
 def test_check_kernel_catches_a_wrong_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,7 +213,7 @@ def test_check_kernel_catches_a_wrong_kernel(monkeypatch: pytest.MonkeyPatch) ->
         name = "off-by-one"
 
         def __init__(self, tables: Tables) -> None:
-            self.ref = KERNELS.create("torch", tables)
+            self.ref = KERNELS.build("torch", None, tables)
 
         def __call__(self, lookup: Lookup) -> torch.Tensor:
             out = self.ref(lookup)
@@ -229,7 +294,7 @@ def test_bad_lookup_names_the_field(kwargs: dict[str, object], field: str) -> No
 
 
 def test_lookup_for_other_tables_is_rejected() -> None:
-    kernel = KERNELS.create("triton", Tables(weights=(torch.randn(4, 8),)))
+    kernel = KERNELS.build("triton", None, Tables(weights=(torch.randn(4, 8),)))
     lookup = Lookup(
         indices=torch.zeros(0, dtype=torch.int64),
         offsets=torch.zeros(3, dtype=torch.int64),
@@ -245,8 +310,8 @@ def test_default_block_d_covers_dim() -> None:
 
 def test_torch_hot_puts_the_given_hot_rows_first_and_stays_exact() -> None:
     tables = Tables(weights=(torch.randn(6, 4), torch.randn(3, 4)))
-    kernel = KERNELS.create(
-        "torch-hot", tables, hot_rows=(torch.tensor([5, 2, 5]), torch.tensor([1]))
+    kernel = KERNELS.build(
+        "torch-hot", None, tables, hot_rows=(torch.tensor([5, 2, 5]), torch.tensor([1]))
     )
     assert torch.equal(kernel._weights[0][:2], tables.weights[0][[5, 2]])
     assert torch.equal(kernel._weights[0][2:], tables.weights[0][[0, 1, 3, 4]])
@@ -255,14 +320,14 @@ def test_torch_hot_puts_the_given_hot_rows_first_and_stays_exact() -> None:
     assert (
         mismatch(
             kernel(lookup),
-            KERNELS.create("torch", tables)(lookup),
+            KERNELS.build("torch", None, tables)(lookup),
             magnitude(tables, lookup),
             torch.float32,
         )
         == ""
     )
     with pytest.raises(ConfigError, match=r"hot_rows: ids must lie in \[0, 3\)"):
-        KERNELS.create("torch-hot", tables, hot_rows=(torch.tensor([0]), torch.tensor([3])))
+        KERNELS.build("torch-hot", None, tables, hot_rows=(torch.tensor([0]), torch.tensor([3])))
 
 
 @pytest.mark.gpu

@@ -1,13 +1,13 @@
-"""The kernel autotuner: time every variant and every combination of its tunable parameters on
-this device for one configuration and trace, keep the fastest that matches the reference, and
-cache the winner per (device, shapes, trace) in a JSON file."""
+"""The kernel autotuner: time every variant and every combination of its tunable Config fields
+(its registered space) on this device for one configuration and trace, keep the fastest that
+matches the reference, and cache the winner per (device, shapes, trace) in a JSON file."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,22 +16,29 @@ import torch
 
 from recperf.core.errors import RecperfError
 from recperf.core.results import atomic_path
-from recperf.embed.kernels.base import KERNELS, PARAM_SPACE, EmbeddingKernel, Lookup, Tables
+from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables
 from recperf.embed.timing import median_s
 
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))) / "recperf"
 Progress = Callable[[float], None]
+Space = Mapping[str, tuple[Any, ...]]
+"""Tunable Config fields and their candidate values."""
 
 
 @dataclass(kw_only=True, slots=True)
 class TuneResult:
-    """The fastest variant and parameters, and every candidate timed."""
+    """The fastest variant and its options, and every candidate timed."""
 
     kernel: str
-    params: dict[str, int]
+    """The winning variant."""
+    params: dict[str, Any]
+    """Its options (Config fields: the fixed ones and the tuned ones)."""
     ms: float
+    """Its median ms per batch."""
     candidates: list[dict[str, Any]] = field(default_factory=list)
+    """Every candidate: kernel, params and ms, or why it was rejected."""
     cached: bool = False
+    """Whether the result came from the cache (nothing was timed)."""
 
 
 def device_name(device: torch.device) -> str:
@@ -39,10 +46,20 @@ def device_name(device: torch.device) -> str:
 
 
 def cache_key(
-    tables: Tables, lookups: Sequence[Lookup], trace: str, variants: Sequence[str]
+    tables: Tables,
+    lookups: Sequence[Lookup],
+    trace: str,
+    variants: Sequence[str],
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    spaces: Mapping[str, Space] | None = None,
 ) -> str:
-    """Device, dtype, pooling, tables' shapes, batch, ids per batch, trace and variants."""
+    """Device, dtype, pooling, tables' shapes, batch, ids per batch, trace and variants, and the
+    variants' fixed options and swept spaces where given."""
     lk = lookups[0]
+    given = {
+        what: {v: dict(per[v]) for v in sorted(variants) if per.get(v)}
+        for what, per in (("options", options or {}), ("spaces", spaces or {}))
+    }
     return "|".join(
         [
             device_name(tables.device),
@@ -56,13 +73,15 @@ def cache_key(
             f"W{int(lk.per_sample_weights is not None)}",
             f"trace={trace}",
             "variants=" + ",".join(sorted(variants)),
+            *(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in given.items() if v),
         ]
     )
 
 
-def grid(name: str) -> list[dict[str, int]]:
-    """Every combination of ``name``'s tunable parameters (one empty dict if it has none)."""
-    space = PARAM_SPACE.get(name, {})
+def grid(name: str, space: Space | None = None) -> list[dict[str, Any]]:
+    """Every combination of ``name``'s tunable Config fields, from its registered space or the
+    ``space`` given instead (one empty dict if there are none)."""
+    space = KERNELS.entry(name).space if space is None else space
     keys = sorted(space)
     return [
         dict(zip(keys, values, strict=True))
@@ -72,7 +91,7 @@ def grid(name: str) -> list[dict[str, int]]:
 
 def _time_one(
     name: str,
-    params: dict[str, int],
+    params: dict[str, Any],
     tables: Tables,
     lookups: Sequence[Lookup],
     want: torch.Tensor,
@@ -81,7 +100,7 @@ def _time_one(
 ) -> float | str:
     """Median seconds per batch, or why the candidate was rejected."""
     try:
-        kernel: EmbeddingKernel = KERNELS.create(name, tables, **params, **extra)
+        kernel: EmbeddingKernel = KERNELS.build(name, params, tables, **extra)
         got = kernel(lookups[0])
     except (RecperfError, RuntimeError, ValueError) as exc:  # e.g. a block too big for the GPU
         return f"failed: {exc}".splitlines()[0]
@@ -102,16 +121,26 @@ def autotune(
     reps: int = 20,
     cache: Path | None = DEFAULT_CACHE / "embed_autotune.json",
     extra: dict[str, dict[str, Any]] | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    spaces: Mapping[str, Space] | None = None,
     progress: Progress | None = None,
 ) -> TuneResult:
-    """Time ``variants`` x their parameter grids; the winner is cached under ``cache_key``.
-    ``extra`` gives fixed factory arguments per variant (e.g. the hot rows)."""
-    key = cache_key(tables, lookups, trace, variants)
+    """Time ``variants`` x their grids; the winner is cached under ``cache_key``. Per variant,
+    ``extra`` gives its data (e.g. the hot rows), ``options`` its fixed Config options (the
+    grid's values override them) and ``spaces`` a space to sweep instead of its registered one."""
+    key = cache_key(tables, lookups, trace, variants, options, spaces)
     store = _load(cache)
     if key in store:
         return TuneResult(**store[key], cached=True)
-    want = KERNELS.create("torch", tables)(lookups[0])
-    plan = [(name, params) for name in variants for params in grid(name)]
+    want = KERNELS.build("torch", None, tables)(lookups[0])
+    fixed = options or {}
+    plan = [
+        (name, {**fixed.get(name, {}), **params})
+        for name in variants
+        for params in grid(name, (spaces or {}).get(name))
+    ]
+    for name, params in plan:  # a bad option or space is the user's one-line error, up front
+        KERNELS.config(name, params)
     candidates: list[dict[str, Any]] = []
     for i, (name, params) in enumerate(plan):
         t = _time_one(name, params, tables, lookups, want, reps, (extra or {}).get(name, {}))

@@ -4,7 +4,7 @@ batch, bytes moved and achieved bandwidth against the device's copy bandwidth, s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -12,7 +12,7 @@ import torch
 
 from recperf.core.errors import ConfigError
 from recperf.embed import locality, traces
-from recperf.embed.autotune import autotune, device_name
+from recperf.embed.autotune import Space, autotune, device_name
 from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables
 from recperf.embed.kernels.torch_hot import hot_first_order
 from recperf.embed.model import EmbedConfig, inference_model, lengths_for, random_tables
@@ -30,7 +30,7 @@ class VariantResult:
     """One variant's figures."""
 
     variant: str
-    params: dict[str, int]
+    params: dict[str, Any]
     ms_per_batch: float
     gb_per_s: float
     pct_of_copy_bw: float
@@ -96,10 +96,10 @@ def hot_rows_for(cfg: EmbedConfig, trace: traces.Trace, tables: Tables) -> tuple
 
 
 def _kernel(
-    name: str, tables: Tables, params: dict[str, int], hot: tuple[torch.Tensor, ...]
+    name: str, tables: Tables, params: Mapping[str, Any], hot: tuple[torch.Tensor, ...]
 ) -> EmbeddingKernel:
     extra: dict[str, Any] = {"hot_rows": hot} if name in HOT_VARIANTS else {}
-    return KERNELS.create(name, tables, **params, **extra)
+    return KERNELS.build(name, params, tables, **extra)
 
 
 def bench(
@@ -113,12 +113,18 @@ def bench(
     inputs: int | None = None,
     tune: bool = False,
     seed: int = 0,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+    spaces: Mapping[str, Space] | None = None,
     progress: Progress | None = None,
 ) -> BenchResult:
-    """Time each variant (``tune``: with its autotuned parameters) against ``torch``."""
+    """Time each variant against ``torch``, built with its ``options`` (Config fields, e.g. CLI
+    strings) and, with ``tune``, its autotuned fields over its registered space or ``spaces``."""
     unknown = [v for v in variants if v not in KERNELS]
     if unknown:
         raise ConfigError(f"variant {unknown[0]!r}: expected one of {', '.join(KERNELS.names())}")
+    fixed = options or {}
+    for name in variants:  # bad options fail before anything is timed
+        KERNELS.config(name, fixed.get(name))
     dev = torch.device(device)
     generated = (
         trace_name == "uniform" or trace_name.startswith("zipf:") or trace_name in traces.PRESETS
@@ -140,12 +146,12 @@ def bench(
         copy_gb_per_s=copy_bandwidth(dev, nbytes=_copy_bytes(dev)) / 1e9,
         locality=locality.stats(trace).to_json(),
     )
-    ref = KERNELS.create("torch", tables)
+    ref = KERNELS.build("torch", None, tables)
     want = ref(lookups[0])
     base_ms = median_s(ref, lookups, reps, dev) * 1e3
     names = ["torch", *[v for v in variants if v != "torch"]]
     for i, name in enumerate(names):
-        params: dict[str, int] = {}
+        params: dict[str, Any] = dict(fixed.get(name, {}))
         if tune and name != "torch":
             params = autotune(
                 tables,
@@ -154,6 +160,8 @@ def bench(
                 trace=trace.name,
                 reps=reps,
                 extra={name: {"hot_rows": hot}} if name in HOT_VARIANTS else None,
+                options=fixed,
+                spaces=spaces,
             ).params
         kernel = ref if name == "torch" else _kernel(name, tables, params, hot)
         err = float((kernel(lookups[0]) - want).abs().max())

@@ -1,14 +1,14 @@
 """The embedding-kernel plug-in contract: ``Tables`` (the weights) and ``Lookup`` (one TBE batch)
-in, pooled ``[B, T, D]`` float32 out; ``KERNELS`` names the implementations, ``PARAM_SPACE`` their
-tunables, ``make_lookup`` draws random batches and ``check_kernel`` proves a kernel equals the
+in, pooled ``[B, T, D]`` float32 out; ``KERNELS`` names the implementations with their Config and
+tunable space, ``make_lookup`` draws random batches and ``check_kernel`` proves a kernel equals the
 reference on random shapes."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol, get_args, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 import torch
 
@@ -140,23 +140,9 @@ class EmbeddingKernel(Protocol):
         ...
 
 
-KERNELS: Registry[EmbeddingKernel] = Registry("embedding kernel")
-PARAM_SPACE: dict[str, dict[str, tuple[int, ...]]] = {}
-
-KernelFactory = Callable[..., EmbeddingKernel]
-
-
-def register_kernel(
-    name: str, space: Mapping[str, tuple[int, ...]] | None = None
-) -> Callable[[KernelFactory], KernelFactory]:
-    """Register ``factory(tables, **params)`` under ``name`` with its tunables' candidates."""
-    register = KERNELS.register(name)
-
-    def deco(factory: KernelFactory) -> KernelFactory:
-        PARAM_SPACE[name] = dict(space or {})
-        return register(factory)
-
-    return deco
+KERNELS: Registry[EmbeddingKernel] = Registry("embedding kernel", package="recperf.embed.kernels")
+"""Built by ``KERNELS.build(name, options, tables, hot_rows=...)``: ``options`` validate into the
+kernel's Config; ``KERNELS.entry(name).space`` is its tunable space."""
 
 
 def make_lookup(
@@ -289,24 +275,27 @@ def magnitude(tables: Tables, lookup: Lookup) -> torch.Tensor:
         batch_size=lookup.batch_size,
         per_sample_weights=None if w is None else w.abs(),
     )
-    return KERNELS.create("torch", abs_tables)(abs_lookup)
+    return KERNELS.build("torch", None, abs_tables)(abs_lookup)
 
 
 def check_kernel(
-    name: str, device: str = "cpu", seed: int = 0, cases: int = 8, **params: object
+    name: str,
+    device: str = "cpu",
+    seed: int = 0,
+    cases: int = 8,
+    options: Mapping[str, Any] | None = None,
 ) -> None:
-    """Run kernel ``name`` (built with ``params``) on ``cases`` random shapes and compare with the
-    ``torch`` reference; raise ContractError naming the case on the first mismatch."""
-    import recperf.embed.kernels  # noqa: F401  (registers the built-in kernels)
-
+    """Run kernel ``name`` (built with ``options``, validated into its Config) on ``cases`` random
+    shapes and compare with the ``torch`` reference; raise ContractError naming the case on the
+    first mismatch (bad options are a ConfigError from ``KERNELS.build``)."""
     rng = torch.Generator().manual_seed(seed)
     for i in range(cases):
         case = random_case(rng, seed * 1000 + i)
         tables, lookup = case_inputs(case, device)
-        kernel = KERNELS.create(name, tables, **params)
+        kernel = KERNELS.build(name, options, tables)
         if not isinstance(kernel, EmbeddingKernel):
             raise ContractError(f"{name}: {kernel!r} does not implement EmbeddingKernel")
-        ref = KERNELS.create("torch", tables)(lookup)
+        ref = KERNELS.build("torch", None, tables)(lookup)
         why = mismatch(kernel(lookup), ref, magnitude(tables, lookup), tables.dtype)
         if why:
             raise ContractError(f"embedding kernel {name!r} on {case}: {why}")

@@ -7,22 +7,51 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.embed.kernels.base import Lookup, Tables, check_tables_match, register_kernel
+from recperf.embed.kernels.base import KERNELS, Lookup, Tables, check_tables_match
 from recperf.embed.kernels.l2pin import L2Window
+from recperf.embed.kernels.torch_hot import check_hot_fraction
 from recperf.embed.kernels.triton_tbe import (
+    LAUNCH_SPACE,
     PREFETCH_SPACE,
-    SPACE,
-    TBEConfig,
+    TritonConfig,
     check_prefetch,
     launch_config,
     require_triton,
     tbe_forward,
 )
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class HotL2Config(TritonConfig):
+    """Options of ``hot-l2``: the launch fields and how the hot rows are counted."""
+
+    hot_fraction: float = 0.1
+    """Share of each table's rows kept hot when no ``hot_rows`` are given, in (0, 1]."""
+    refresh: int = 100
+    """Calls between re-choosing the counted hot rows (>= 1); unused with ``hot_rows``."""
+
+    def __post_init__(self) -> None:
+        TritonConfig.__post_init__(self)  # (zero-argument super() fails in slots dataclasses)
+        check_hot_fraction(self.hot_fraction)
+        check_range("refresh", self.refresh, 1, None)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class CombinedConfig(HotL2Config):
+    """Options of ``combined``: ``hot-l2``'s and the prefetch distance."""
+
+    prefetch: int = 1
+    """Chunks loaded ahead of the one being summed: 1 or 2."""
+
+    def __post_init__(self) -> None:
+        HotL2Config.__post_init__(self)
+        check_prefetch(self.prefetch)
 
 
 def table_bases(tables: Tables) -> torch.Tensor:
@@ -129,7 +158,9 @@ class HotRowCounter:
 
 class HotRowKernel:
     """``hot-l2`` / ``combined``: remap, then the Triton kernel on the permuted buffer with the
-    hot region pinned in L2 (on a CUDA device)."""
+    hot region pinned in L2 (on a CUDA device). The hot rows are ``hot_rows`` when given, else
+    the ``config.hot_fraction`` of each table counted most often, re-chosen every
+    ``config.refresh`` calls (none are hot before the first)."""
 
     name: str
 
@@ -137,16 +168,13 @@ class HotRowKernel:
         self,
         tables: Tables,
         name: str,
-        cfg: TBEConfig,
-        hot_rows: Sequence[torch.Tensor] | None,
-        hot_fraction: float,
-        refresh: int,
+        config: HotL2Config,
+        hot_rows: Sequence[torch.Tensor] | None = None,
     ) -> None:
         require_triton(tables.device)
-        check_range("hot_fraction", hot_fraction, 0.0, 1.0)
-        check_range("refresh", refresh, 1, None)
-        self.name, self.tables, self.config = name, tables, cfg
-        self.hot_fraction, self.refresh = hot_fraction, refresh
+        self.name, self.tables, self.options = name, tables, config
+        self.config = launch_config(config, tables.dim)
+        self.hot_fraction, self.refresh = config.hot_fraction, config.refresh
         self.counter = None if hot_rows is not None else HotRowCounter(tables)
         empty = tuple(torch.empty(0, dtype=torch.int64) for _ in tables.rows)
         self.remapper = HotRowRemap(tables, empty if hot_rows is None else hot_rows)
@@ -169,58 +197,17 @@ class HotRowKernel:
         return out
 
 
-def _make(
-    name: str,
-    tables: Tables,
-    prefetch: int,
-    hot_rows: Sequence[torch.Tensor] | None,
-    hot_fraction: float,
-    refresh: int,
-    block_d: int | None,
-    block_n: int,
-    num_warps: int,
-    bags_per_program: int,
-) -> HotRowKernel:
-    cfg = launch_config(tables, block_d, block_n, num_warps, bags_per_program, prefetch)
-    return HotRowKernel(tables, name, cfg, hot_rows, hot_fraction, refresh)
-
-
-@register_kernel("hot-l2", SPACE)
+@KERNELS.register("hot-l2", config=HotL2Config, space=LAUNCH_SPACE)
 def make_hot_l2(
-    tables: Tables,
-    *,
-    hot_rows: Sequence[torch.Tensor] | None = None,
-    hot_fraction: float = 0.1,
-    refresh: int = 100,
-    block_d: int | None = None,
-    block_n: int = 16,
-    num_warps: int = 4,
-    bags_per_program: int = 1,
+    tables: Tables, *, config: HotL2Config, hot_rows: Sequence[torch.Tensor] | None = None
 ) -> HotRowKernel:
-    """Hot rows first and pinned in L2: ``hot_rows`` given, or the ``hot_fraction`` of each table
-    counted most often, re-chosen every ``refresh`` calls (none are hot before the first)."""
-    return _make(
-        "hot-l2", tables, 0, hot_rows, hot_fraction, refresh,
-        block_d, block_n, num_warps, bags_per_program,
-    )  # fmt: skip
+    """Hot rows first and pinned in L2, pooled by the plain table-batched kernel."""
+    return HotRowKernel(tables, "hot-l2", config, hot_rows)
 
 
-@register_kernel("combined", PREFETCH_SPACE)
+@KERNELS.register("combined", config=CombinedConfig, space=PREFETCH_SPACE)
 def make_combined(
-    tables: Tables,
-    *,
-    hot_rows: Sequence[torch.Tensor] | None = None,
-    hot_fraction: float = 0.1,
-    refresh: int = 100,
-    block_d: int | None = None,
-    block_n: int = 16,
-    num_warps: int = 4,
-    bags_per_program: int = 1,
-    prefetch: int = 1,
+    tables: Tables, *, config: CombinedConfig, hot_rows: Sequence[torch.Tensor] | None = None
 ) -> HotRowKernel:
-    """``hot-l2`` with the software-prefetching kernel (``prefetch`` = 1 or 2 chunks ahead)."""
-    check_prefetch(prefetch)
-    return _make(
-        "combined", tables, prefetch, hot_rows, hot_fraction, refresh,
-        block_d, block_n, num_warps, bags_per_program,
-    )  # fmt: skip
+    """``hot-l2`` with the software-prefetching kernel (``config.prefetch`` = 1 or 2)."""
+    return HotRowKernel(tables, "combined", config, hot_rows)

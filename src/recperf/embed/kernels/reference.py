@@ -9,12 +9,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from recperf.embed.kernels.base import Lookup, Tables, check_tables_match, register_kernel
+from recperf.embed.kernels.base import KERNELS, Lookup, Tables, check_tables_match
 
 
-@register_kernel("torch")
+@KERNELS.register("torch")
 class TorchReference:
-    """One ``embedding_bag`` per table over float32 copies of the weights (made once)."""
+    """One ``embedding_bag`` per table over float32 copies of the weights (made once); it takes no
+    options."""
 
     name: str
 

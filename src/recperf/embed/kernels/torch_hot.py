@@ -5,12 +5,31 @@ optimisation: the rows most look-ups touch share cache lines and pages."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
+from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.embed.kernels.base import Lookup, Tables, check_tables_match, register_kernel
+from recperf.embed.kernels.base import KERNELS, Lookup, Tables, check_tables_match
 from recperf.embed.kernels.reference import TorchReference
+
+
+def check_hot_fraction(value: float) -> None:
+    """The one rule for every hot-row kernel's ``hot_fraction``: in (0, 1]."""
+    check_range("hot_fraction", value, 0.0, 1.0, lo_open=True)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TorchHotConfig:
+    """Options of ``torch-hot``."""
+
+    hot_fraction: float = 0.1
+    """Share of each table's rows counted hot in the first batch when no ``hot_rows`` are given,
+    in (0, 1]."""
+
+    def __post_init__(self) -> None:
+        check_hot_fraction(self.hot_fraction)
 
 
 def hot_first_order(rows: int, hot: torch.Tensor) -> torch.Tensor:
@@ -29,26 +48,25 @@ def hot_first_order(rows: int, hot: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.tensor(keep, dtype=torch.int64), rest])
 
 
-@register_kernel("torch-hot")
+@KERNELS.register("torch-hot", config=TorchHotConfig)
 class TorchHotRows(TorchReference):
     """Per table, rows reordered hottest first; each look-up's ids are remapped, then pooled by
     the reference. The hot rows are given (from a trace) or, when not, counted in the first
-    batch seen (its ``hot_fraction`` most used rows per table)."""
+    batch seen (its ``config.hot_fraction`` most used rows per table)."""
 
     def __init__(
         self,
         tables: Tables,
+        *,
+        config: TorchHotConfig,
         hot_rows: Sequence[torch.Tensor] | None = None,
-        hot_fraction: float = 0.1,
     ) -> None:
         if hot_rows is not None and len(hot_rows) != tables.num_tables:
             raise ConfigError("hot_rows: expected one tensor of hot row ids per table")
-        if not 0.0 < hot_fraction <= 1.0:
-            raise ConfigError(f"hot_fraction = {hot_fraction}: expected in (0, 1]")
         super().__init__(tables)
         self.name = "torch-hot"
         self.original = tables
-        self.hot_fraction = hot_fraction
+        self.hot_fraction = config.hot_fraction
         self._remap: list[torch.Tensor] = []
         if hot_rows is not None:
             self._reorder(hot_rows)

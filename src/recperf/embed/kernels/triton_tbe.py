@@ -1,7 +1,8 @@
 """Table-batched embedding bags in Triton: ``triton`` (one launch for all tables over one combined
 row buffer) and ``triton-prefetch`` (the same with the next chunk's loads issued before the current
-chunk is accumulated). Their tunables (block_d, block_n, num_warps, bags_per_program, prefetch) are
-the occupancy and latency-hiding levers an autotuner sweeps."""
+chunk is accumulated). Their Configs' fields (block_d, block_n, num_warps, bags_per_program,
+prefetch) are the occupancy and latency-hiding levers an autotuner sweeps; ``TBEConfig`` is the
+resolved launch shape the kernel and the ahead-of-time compiler take."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import triton.language as tl  # type: ignore[import-untyped]
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.embed.kernels.base import Lookup, Pooling, Tables, check_tables_match, register_kernel
+from recperf.embed.kernels.base import KERNELS, Lookup, Pooling, Tables, check_tables_match
 
 # triton.jit picks compiled or interpreted kernels when this module is imported.
 _JIT_INTERPRETED = bool(triton.knobs.runtime.interpret)
@@ -23,13 +24,16 @@ _JIT_INTERPRETED = bool(triton.knobs.runtime.interpret)
 _WARPS = (1, 2, 4, 8, 16)
 _BLOCK_D = (16, 32, 64, 128, 256)
 _BLOCK_N = (4, 8, 16, 32, 64)
-SPACE: dict[str, tuple[int, ...]] = {
+_PREFETCH = (1, 2)
+LAUNCH_SPACE: dict[str, tuple[int, ...]] = {
     "block_d": (16, 32, 64, 128, 256),
     "block_n": (8, 16, 32, 64),
     "num_warps": (1, 2, 4, 8),
     "bags_per_program": (1, 2, 4, 8),
 }
-PREFETCH_SPACE: dict[str, tuple[int, ...]] = {**SPACE, "prefetch": (1, 2)}
+"""The tunable launch fields of every Triton kernel (``triton``, ``hot-l2``)."""
+PREFETCH_SPACE: dict[str, tuple[int, ...]] = {**LAUNCH_SPACE, "prefetch": _PREFETCH}
+"""The launch fields and the prefetch distance (``triton-prefetch``, ``combined``)."""
 GPU_SPACE: dict[str, tuple[int, ...]] = {
     "block_d": (128,),
     "block_n": (16, 32, 64),
@@ -118,37 +122,75 @@ def _tbe_kernel(  # type: ignore[no-untyped-def]
         tl.store(dst, acc, mask=d_ok & (d * 0 + bag < num_bags))
 
 
-@dataclass(kw_only=True, slots=True, frozen=True)
-class TBEConfig:
-    """Launch shape of the table-batched kernel."""
+def check_choice(field: str, value: object, allowed: tuple[int, ...]) -> None:
+    """Raise ConfigError naming ``field`` and the ``allowed`` values unless ``value`` is one."""
+    if value not in allowed:
+        raise ConfigError(f"{field} = {value!r} is not one of {', '.join(map(str, allowed))}")
 
-    block_d: int
-    """Columns per program (a power of two; D is masked when not a multiple)."""
-    block_n: int = 16
-    """Ids gathered per chunk as one [block_n, block_d] tile (a power of two)."""
-    num_warps: int = 4
-    """Warps per program (1, 2, 4, 8 or 16)."""
-    bags_per_program: int = 1
-    """Bags each program pools one after the other (>= 1): fewer, fatter programs."""
-    prefetch: int = 0
-    """Chunks loaded ahead of the one being summed: 0 (none), 1 or 2."""
 
-    def __post_init__(self) -> None:
-        for field, value, allowed in (
-            ("block_d", self.block_d, _BLOCK_D),
-            ("block_n", self.block_n, _BLOCK_N),
-            ("num_warps", self.num_warps, _WARPS),
-            ("prefetch", self.prefetch, (0, 1, 2)),
-        ):
-            if value not in allowed:
-                raise ConfigError(f"{field}: {value!r} is not one of {allowed}")
-        check_range("bags_per_program", self.bags_per_program, 1, 64)
+def check_launch(block_d: int | None, block_n: int, num_warps: int, bags_per_program: int) -> None:
+    """The rules of the launch fields, shared by the kernels' Configs and ``TBEConfig``."""
+    if block_d is not None:
+        check_choice("block_d", block_d, _BLOCK_D)
+    check_choice("block_n", block_n, _BLOCK_N)
+    check_choice("num_warps", num_warps, _WARPS)
+    check_range("bags_per_program", bags_per_program, 1, 64)
 
 
 def check_prefetch(prefetch: int) -> None:
     """A prefetching variant loads 1 or 2 chunks ahead (0 would be the plain kernel)."""
-    if prefetch not in (1, 2):
-        raise ConfigError(f"prefetch: {prefetch!r} is not one of (1, 2)")
+    check_choice("prefetch", prefetch, _PREFETCH)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TritonConfig:
+    """Options of ``triton``: the launch fields every table-batched Triton kernel shares."""
+
+    block_d: int | None = None
+    """Columns per program: 16, 32, 64, 128 or 256 (D is masked when not a multiple); None: the
+    smallest covering D, at most 128."""
+    block_n: int = 16
+    """Ids gathered per chunk as one [block_n, block_d] tile: 4, 8, 16, 32 or 64."""
+    num_warps: int = 4
+    """Warps per program: 1, 2, 4, 8 or 16."""
+    bags_per_program: int = 1
+    """Bags each program pools one after the other, 1..64: fewer, fatter programs."""
+
+    def __post_init__(self) -> None:
+        check_launch(self.block_d, self.block_n, self.num_warps, self.bags_per_program)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TritonPrefetchConfig(TritonConfig):
+    """Options of ``triton-prefetch``: the launch fields and the prefetch distance."""
+
+    prefetch: int = 1
+    """Chunks loaded ahead of the one being summed: 1 or 2."""
+
+    def __post_init__(self) -> None:
+        TritonConfig.__post_init__(self)  # (zero-argument super() fails in slots dataclasses)
+        check_prefetch(self.prefetch)
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TBEConfig:
+    """The resolved launch shape of the table-batched kernel (what a launch and the compiler
+    take); the kernels' Configs resolve to it through ``launch_config``."""
+
+    block_d: int
+    """Columns per program: 16, 32, 64, 128 or 256."""
+    block_n: int = 16
+    """Ids gathered per chunk: 4, 8, 16, 32 or 64."""
+    num_warps: int = 4
+    """Warps per program: 1, 2, 4, 8 or 16."""
+    bags_per_program: int = 1
+    """Bags each program pools, 1..64."""
+    prefetch: int = 0
+    """Chunks loaded ahead of the one being summed: 0 (none), 1 or 2."""
+
+    def __post_init__(self) -> None:
+        check_launch(self.block_d, self.block_n, self.num_warps, self.bags_per_program)
+        check_choice("prefetch", self.prefetch, (0, *_PREFETCH))
 
 
 def default_block_d(dim: int) -> int:
@@ -156,21 +198,15 @@ def default_block_d(dim: int) -> int:
     return next((b for b in _BLOCK_D if b >= min(dim, 128)), _BLOCK_D[-1])
 
 
-def launch_config(
-    tables: Tables,
-    block_d: int | None,
-    block_n: int,
-    num_warps: int,
-    bags_per_program: int,
-    prefetch: int = 0,
-) -> TBEConfig:
-    """The kernels' factories' TBEConfig; ``block_d`` None covers D (at most 128)."""
+def launch_config(config: TritonConfig, dim: int) -> TBEConfig:
+    """The launch shape ``config`` gives tables of width ``dim``: ``block_d`` None covers D (at
+    most 128); the prefetching kernels' Configs carry a ``prefetch`` field, the others none (0)."""
     return TBEConfig(
-        block_d=block_d or default_block_d(tables.dim),
-        block_n=block_n,
-        num_warps=num_warps,
-        bags_per_program=bags_per_program,
-        prefetch=prefetch,
+        block_d=config.block_d or default_block_d(dim),
+        block_n=config.block_n,
+        num_warps=config.num_warps,
+        bags_per_program=config.bags_per_program,
+        prefetch=getattr(config, "prefetch", 0),
     )
 
 
@@ -250,11 +286,12 @@ class TritonTBE:
 
     name: str
 
-    def __init__(self, tables: Tables, name: str, cfg: TBEConfig) -> None:
+    def __init__(self, tables: Tables, name: str, config: TritonConfig) -> None:
         require_triton(tables.device)
         self.name = name
         self.tables = tables
-        self.config = cfg
+        self.options = config
+        self.config = launch_config(config, tables.dim)
         self.buffer, self.row_base = combine(tables.weights)
 
     def __call__(self, lookup: Lookup) -> torch.Tensor:
@@ -262,31 +299,13 @@ class TritonTBE:
         return tbe_forward(self.buffer, self.row_base, lookup, self.tables.pooling, self.config)
 
 
-@register_kernel("triton", SPACE)
-def make_triton(
-    tables: Tables,
-    *,
-    block_d: int | None = None,
-    block_n: int = 16,
-    num_warps: int = 4,
-    bags_per_program: int = 1,
-) -> TritonTBE:
-    """The plain table-batched kernel; ``block_d`` defaults to cover D (at most 128)."""
-    cfg = launch_config(tables, block_d, block_n, num_warps, bags_per_program)
-    return TritonTBE(tables, "triton", cfg)
+@KERNELS.register("triton", config=TritonConfig, space=LAUNCH_SPACE)
+def make_triton(tables: Tables, *, config: TritonConfig) -> TritonTBE:
+    """The plain table-batched kernel."""
+    return TritonTBE(tables, "triton", config)
 
 
-@register_kernel("triton-prefetch", PREFETCH_SPACE)
-def make_triton_prefetch(
-    tables: Tables,
-    *,
-    block_d: int | None = None,
-    block_n: int = 16,
-    num_warps: int = 4,
-    bags_per_program: int = 1,
-    prefetch: int = 1,
-) -> TritonTBE:
-    """The table-batched kernel with ``prefetch`` (1 or 2) chunks loaded ahead."""
-    check_prefetch(prefetch)
-    cfg = launch_config(tables, block_d, block_n, num_warps, bags_per_program, prefetch)
-    return TritonTBE(tables, "triton-prefetch", cfg)
+@KERNELS.register("triton-prefetch", config=TritonPrefetchConfig, space=PREFETCH_SPACE)
+def make_triton_prefetch(tables: Tables, *, config: TritonPrefetchConfig) -> TritonTBE:
+    """The table-batched kernel with ``config.prefetch`` (1 or 2) chunks loaded ahead."""
+    return TritonTBE(tables, "triton-prefetch", config)
