@@ -89,21 +89,23 @@ def test_registry_has_every_tuner_and_accepts_module_attr() -> None:
     assert TUNERS.names() == sorted(ALL)
     assert TUNERS.factory("recperf.ingest.tuners.plumber:Plumber") is Plumber
     with pytest.raises(RegistryError, match="unknown tuner 'nope'"):
-        TUNERS.create("nope")
+        TUNERS.build("nope")
 
 
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("spec", ["small", "live-like", "membound-128", "live-2", "udfcut-4"])
 def test_conformance(name: str, spec: str) -> None:
-    # with caps that bind (small, udfcut-4), that do not (live-like), none (live-2), memory
+    # with caps that bind (small, udfcut-4), that do not (live-like), none (live-2), memory;
+    # check_tuner also runs it again on a fresh target (same seed) and holds it to the budget
     pipeline = spec_named(spec)
-    budget = 12.0
-    result = check_tuner(TUNERS.create(name), SimTarget(pipeline, seed=1), budget, seed=1)
-    again = check_tuner(TUNERS.create(name), SimTarget(pipeline, seed=1), budget, seed=1)
-    assert isinstance(result, TuneResult)
-    assert result == again  # deterministic given the seed
-    assert result.tuning_s <= budget
-    assert 1 <= result.steps <= budget
+    result = check_tuner(
+        TUNERS.build(name),
+        SimTarget(pipeline, seed=1),
+        12.0,
+        seed=1,
+        target_factory=lambda: SimTarget(pipeline, seed=1),
+        overrun_s=0.0,  # the simulated clock moves by exactly the windows asked for
+    )
     assert result.allocation == result.allocation.normalized(pipeline.n_stages)
     # the LP bound >= the oracle >= any tuner's choice, judged by the noise-free model
     thr = pipeline.throughput(result.allocation)
@@ -139,6 +141,89 @@ class Fixed:
 def test_check_tuner_catches_bad_results(alloc: Allocation, match: str) -> None:
     with pytest.raises(ContractError, match=match):
         check_tuner(Fixed(alloc), SimTarget(small()), 5.0)
+
+
+@dataclass
+class Windows:
+    """A tuner that measures the even split in windows of ``lengths`` seconds whatever its
+    budget, and claims it."""
+
+    lengths: tuple[float, ...]
+    name: str = "windows"
+
+    def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
+        log = TuneLog(target, 1e9, 1.0)  # its own budget, not budget_s
+        for length in self.lengths:
+            log.record(target.measure(even_split(target), length))
+        return log.result(self.name)
+
+
+BESIDES = "spent 7 s of target time besides its last measurement, over the budget of 5 s"
+
+
+@pytest.mark.parametrize(
+    ("lengths", "overrun_s", "error"),
+    [
+        ((1.0,) * 5, 0.0, None),  # exactly the budget
+        ((1.0,) * 8, None, BESIDES),  # windows started after the budget was spent
+        ((1.0,) * 8, 100.0, BESIDES),  # overrun_s allows only the last to overrun
+        ((1.0, 1.0, 1.0, 1.0, 3.0), None, None),  # the last may overrun by default
+        ((1.0, 1.0, 1.0, 1.0, 3.0), 2.0, None),
+        (
+            (1.0, 1.0, 1.0, 1.0, 3.0),
+            1.5,
+            "spent 7 s of target time, over the budget of 5 s + 1.5 s",
+        ),
+        ((1.0, 1.0, 1.0, 1.0, 3.0), 0.0, "spent 7 s of target time, over the budget of 5 s"),
+    ],
+)
+def test_check_tuner_holds_the_tuner_to_its_budget(
+    lengths: tuple[float, ...], overrun_s: float | None, error: str | None
+) -> None:
+    target = SimTarget(small())
+    if error is None:
+        r = check_tuner(Windows(lengths), target, 5.0, overrun_s=overrun_s)
+        assert r.steps == len(lengths)
+        assert target.elapsed_s() == sum(lengths)
+        return
+    with pytest.raises(ContractError) as exc:
+        check_tuner(Windows(lengths), target, 5.0, overrun_s=overrun_s)
+    assert str(exc.value) == f"tuner 'windows': {error}"
+
+
+@dataclass
+class Drifting:
+    """A tuner that measures one more window each time it runs: its result depends on how often
+    it ran, not only on the target and the seed."""
+
+    calls: int = 0
+    name: str = "drifting"
+
+    def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
+        self.calls += 1
+        log = TuneLog(target, budget_s, 1.0)
+        for _ in range(self.calls):
+            log.measure(even_split(target))
+        return log.result(self.name)
+
+
+def test_check_tuner_catches_a_nondeterministic_tuner() -> None:
+    def fresh() -> SimTarget:
+        return SimTarget(small(), seed=3, noise=0.0)
+
+    with pytest.raises(ContractError) as exc:
+        check_tuner(Drifting(), fresh(), 5.0, seed=3, target_factory=fresh)
+    assert str(exc.value) == (
+        "tuner 'drifting': two runs with seed 3 on fresh targets differ in history, tuning_s "
+        "(tune must depend only on the target, budget and seed)"
+    )
+    # with noise, the last measurement's throughput differs too
+    with pytest.raises(ContractError, match="differ in history, throughput_rows_per_s, tuning_s"):
+        check_tuner(Drifting(), SimTarget(small()), 5.0, target_factory=lambda: SimTarget(small()))
+    # without a factory (a live target cannot be repeated) it is not checked
+    tuner = Drifting()
+    assert check_tuner(tuner, fresh(), 5.0, seed=3).steps == 1
+    assert tuner.calls == 1
 
 
 def test_the_log_keeps_allocations_normalized() -> None:
@@ -330,8 +415,12 @@ def test_segment_target_presents_segments_as_stages() -> None:
 @pytest.mark.parametrize("name", ALL)
 def test_every_tuner_runs_on_a_segment_view(name: str) -> None:
     spec = load_spec("udfcut-4")
-    view = SegmentTarget(SimTarget(spec, seed=2), (3, 4))
-    r = check_tuner(TUNERS.create(name), view, 8.0, seed=2)
+
+    def fresh() -> SegmentTarget:
+        return SegmentTarget(SimTarget(spec, seed=2), (3, 4))
+
+    view = fresh()
+    r = check_tuner(TUNERS.build(name), view, 8.0, seed=2, target_factory=fresh, overrun_s=0.0)
     assert spec.throughput(view.base(r.allocation)) <= spec.throughput(sim.oracle(spec)) * (
         1 + 1e-9
     )
@@ -339,15 +428,18 @@ def test_every_tuner_runs_on_a_segment_view(name: str) -> None:
 
 def test_intune_is_deterministic_and_stays_in_memory() -> None:
     spec = load_spec("membound-128")
-    runs = []
-    for _ in range(2):
-        target = SimTarget(spec, seed=4)
-        runs.append(Intune().tune(target, 30.0, seed=4))
-        assert target.peak_memory_bytes <= spec.memory_budget_gib * 2**30
-    assert runs[0] == runs[1]
-    assert runs[0].refused == 0
+    targets: list[SimTarget] = []
+
+    def fresh() -> SimTarget:
+        targets.append(SimTarget(spec, seed=4))
+        return targets[-1]
+
+    run = check_tuner(Intune(), fresh(), 30.0, seed=4, target_factory=fresh, overrun_s=0.0)
+    assert len(targets) == 2
+    assert all(0 < t.peak_memory_bytes <= spec.memory_budget_gib * 2**30 for t in targets)
+    assert run.refused == 0
     other = Intune().tune(SimTarget(spec, seed=4), 30.0, seed=5)
-    assert other.history != runs[0].history
+    assert other.history != run.history
 
 
 def test_intune_converges_on_a_two_core_live_like_pipeline() -> None:

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -55,32 +55,104 @@ class Tuner(Protocol):
     def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult: ...
 
 
-TUNERS: Registry[Tuner] = Registry("tuner")
+TUNERS: Registry[Tuner] = Registry("tuner", "recperf.ingest.tuners")
 
 
-def check_tuner(tuner: Tuner, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
-    """Run ``tuner`` on ``target`` and check the contract; return its result.
+def check_tuner(
+    tuner: Tuner,
+    target: Target,
+    budget_s: float,
+    seed: int = 0,
+    *,
+    target_factory: Callable[[], Target] | None = None,
+    overrun_s: float | None = None,
+) -> TuneResult:
+    """Run ``tuner`` on ``target`` and check the contract; return its result. A broken rule
+    raises ContractError naming it. The rules:
 
-    The result must name a valid allocation (cuts within the chain, a worker count per segment,
-    each within 1..the segment's cap) whose memory fits the budget, its history must be in time
-    order and contain that allocation, and no measured allocation may be over the budget.
+    - the result is a TuneResult naming a valid allocation (cuts within the chain, a worker
+      count per segment, each within 1..the segment's cap) whose memory fits the budget;
+    - its history is in time order and contains that allocation, and no measured allocation
+      was over the memory budget;
+    - time, on the target's clock (``target.elapsed_s()`` before and after ``tune``): apart
+      from its last measurement (and its own time just before it), the tuner spent at most
+      ``budget_s``. The last may overrun, as a tuner starts a window while the window fits but
+      a live target takes longer (it resizes and settles first). ``overrun_s`` bounds the
+      overrun: the whole run then takes at most ``budget_s + overrun_s``; 0 on a target whose
+      clock moves by exactly the windows asked for (the simulator);
+    - with ``target_factory``, determinism: ``tuner`` runs again with the same seed on
+      ``target_factory()``, a fresh target equal to ``target`` as passed (same pipeline, seed
+      and clock), and must return a result equal in ``_COMPARED``'s fields (allocation,
+      history, throughput, refusals, tuning time). Without it (the live pipeline, which cannot
+      be repeated) determinism is not checked.
     """
-    result = tuner.tune(target, budget_s, seed)
     where = f"tuner {tuner.name!r}"
+    start_s = target.elapsed_s()
+    result = tuner.tune(target, budget_s, seed)
+    spent_s = target.elapsed_s() - start_s
     if not isinstance(result, TuneResult):
         raise ContractError(f"{where}: tune returned {type(result).__name__}, not TuneResult")
+    _check_result(result, target, where)
+    _check_budget(result, start_s, spent_s, budget_s, overrun_s, where)
+    if target_factory is not None:
+        _check_repeat(tuner, result, target_factory(), budget_s, seed, where)
+    return result
+
+
+_COMPARED = ("allocation", "history", "throughput_rows_per_s", "refused", "tuning_s")
+"""The TuneResult fields two runs with one seed must agree on."""
+
+
+def _check_repeat(
+    tuner: Tuner, result: TuneResult, fresh: Target, budget_s: float, seed: int, where: str
+) -> None:
+    """``tuner`` on ``fresh`` with ``seed`` gives ``result`` again."""
+    again = tuner.tune(fresh, budget_s, seed)
+    differ = [f for f in _COMPARED if getattr(again, f, None) != getattr(result, f)]
+    if differ:
+        raise ContractError(
+            f"{where}: two runs with seed {seed} on fresh targets differ in "
+            f"{', '.join(differ)} (tune must depend only on the target, budget and seed)"
+        )
+
+
+def _check_result(result: TuneResult, target: Target, where: str) -> None:
+    """The chosen allocation and the history, against ``target``'s chain and memory budget."""
     n = len(target.stage_names)
     chosen = _checked(result.allocation, target, where)
-    if target.memory_bytes(result.allocation) > target.memory_budget_bytes * (1 + 1e-9):
+    limit = target.memory_budget_bytes * (1 + 1e-9)
+    if target.memory_bytes(result.allocation) > limit:
         raise ContractError(f"{where}: chosen allocation is over the memory budget")
     times = [s.elapsed_s for s in result.history]
     if times != sorted(times):
         raise ContractError(f"{where}: history is not in time order")
     if not any(_same(s.allocation, chosen, n) for s in result.history):
         raise ContractError(f"{where}: the chosen allocation was never measured")
-    if any(s.memory_bytes > target.memory_budget_bytes * (1 + 1e-9) for s in result.history):
+    if any(s.memory_bytes > limit for s in result.history):
         raise ContractError(f"{where}: a measured allocation was over the memory budget")
-    return result
+
+
+def _check_budget(
+    result: TuneResult,
+    start_s: float,
+    spent_s: float,
+    budget_s: float,
+    overrun_s: float | None,
+    where: str,
+) -> None:
+    """``spent_s`` of target time from ``start_s`` within ``budget_s`` (see check_tuner)."""
+    limit = budget_s * (1 + 1e-9)
+    if overrun_s is not None and spent_s > limit + overrun_s:
+        allowed = f"the budget of {budget_s:g} s" + (f" + {overrun_s:g} s" if overrun_s else "")
+        raise ContractError(f"{where}: spent {spent_s:g} s of target time, over {allowed}")
+    # The last measurement's length, with the tuner's own time before it: what may overrun.
+    ends = [s.elapsed_s - start_s for s in result.history]
+    last_s = ends[-1] - (ends[-2] if len(ends) > 1 else 0.0)
+    if spent_s - last_s > limit:
+        raise ContractError(
+            f"{where}: spent {spent_s - last_s:g} s of target time besides its last "
+            f"measurement, over the budget of {budget_s:g} s"
+        )
 
 
 def _checked(alloc: Allocation, target: Target, where: str) -> Allocation:
@@ -104,11 +176,6 @@ def _same(a: Allocation, b: Allocation, n_stages: int) -> bool:
         return a.normalized(n_stages) == b.normalized(n_stages)
     except ConfigError:
         return False
-
-
-def clamp_workers(workers: Sequence[int], caps: Sequence[int | None]) -> tuple[int, ...]:
-    """Each entry clamped to 1..cap."""
-    return tuple(max(1, w if c is None else min(w, c)) for w, c in zip(workers, caps, strict=True))
 
 
 class TuneLog:
