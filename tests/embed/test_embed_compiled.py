@@ -1,6 +1,7 @@
 """Ahead-of-time compilation of the Triton kernel for GPU architectures (no GPU needed): the
-occupancy arithmetic, the ptxas parser, and real compiles for sm_90 and sm_80 in a subprocess
-(this test process runs Triton in interpreter mode, set before the kernels were imported)."""
+occupancy arithmetic, the ptxas parser, the per-shape loop, and real compiles for sm_90 and sm_80 in
+a subprocess (this test process runs Triton in interpreter mode, set before the kernels were
+imported)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,23 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
+from dataclasses import asdict, fields
+from typing import Any
 
 import pytest
+import torch
 
 from recperf.core.errors import ConfigError, RecperfError
+from recperf.embed.kernels import compiled
 from recperf.embed.kernels.compiled import (
     ARCHS,
+    KernelResources,
+    ShapeCompileError,
     arch,
+    compile_shapes,
     compile_tbe,
+    configs,
     loop_barriers,
     occupancy,
     parse_ptxas,
@@ -110,6 +120,93 @@ def test_kernel_compiles_for_ampere_fp16_weighted_mean_odd_dim() -> None:
     for s in shapes:
         assert (s["arch"], s["dtype"], s["weighted"], s["pooling"]) == (80, "float16", True, "mean")
         assert s["registers"] > 0 and s["blocks_per_sm"] >= 1
+
+
+def _fake_compile_tbe(cfg: TBEConfig, **kwargs: Any) -> KernelResources:
+    """Stands in for Triton: prefetch 1 does not compile; the others echo their arguments."""
+    if cfg.prefetch == 1:
+        raise ShapeCompileError(f"compile: prefetch={cfg.prefetch} failed")
+    dims = {"registers": kwargs["dim"], "shared_bytes": kwargs["batch"]}
+    return KernelResources(
+        arch=kwargs["cc"],
+        dtype=str(kwargs["dtype"]).removeprefix("torch."),
+        weighted=kwargs["weighted"],
+        pooling=kwargs["pooling"],
+        **asdict(cfg),
+        **dims,
+        spill_bytes=0,
+        stack_bytes=0,
+        vector_loads=kwargs["tables"],
+        loop_barriers=0,
+        blocks_per_sm=1,
+        warps_per_sm=4,
+        occupancy=0.0625,
+        limiter="registers",
+        compile_s=0.0,
+    )
+
+
+def test_compile_shapes_makes_one_row_per_shape_and_a_failed_shape_a_row(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(compiled, "compile_tbe", _fake_compile_tbe)
+    shapes = configs((64,), (16, 32), (4,), (1,), (0, 1))
+    fractions: list[float] = []
+    rows = compile_shapes(
+        shapes, cc=80, dtype=torch.float16, weighted=True, pooling="mean", dim=100, batch=512,
+        tables=3, progress=fractions.append,
+    )  # fmt: skip
+    assert fractions == [0.25, 0.5, 0.75, 1.0]
+    assert [(r["block_n"], r["prefetch"]) for r in rows] == [(16, 0), (16, 1), (32, 0), (32, 1)]
+    assert rows[1] == {**asdict(shapes[1]), "error": "compile: prefetch=1 failed"}
+    ok = rows[0]
+    assert set(ok) == {f.name for f in fields(KernelResources)}
+    setup = (80, "float16", True, "mean")
+    assert (ok["arch"], ok["dtype"], ok["weighted"], ok["pooling"]) == setup
+    assert (ok["registers"], ok["shared_bytes"], ok["vector_loads"]) == (100, 512, 3)
+    assert compile_shapes([]) == []
+
+
+def test_compile_shapes_raises_what_stops_every_shape() -> None:
+    fractions: list[float] = []
+    with pytest.raises(ConfigError, match="TRITON_INTERPRET"):  # this process is interpreted
+        compile_shapes([TBEConfig(block_d=128)], progress=fractions.append)
+    assert fractions == []
+
+
+_COMPILE_SHAPES = """
+    import json
+    from recperf.embed.kernels.compiled import compile_shapes, compile_tbe, configs
+    shapes = configs((128,), (16,), (4,), (1,), (0, 2))
+    fractions = []
+    rows = compile_shapes(shapes, cc=90, progress=fractions.append)
+    direct = [compile_tbe(cfg, cc=90).to_json() for cfg in shapes]
+    print(json.dumps({"rows": rows, "direct": direct, "fractions": fractions}))
+"""
+
+
+@pytest.mark.slow
+def test_compile_shapes_for_hopper_equals_compiling_each_shape() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = textwrap.dedent(_COMPILE_SHAPES)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if "ptxas is not available" in run.stderr:
+        pytest.skip("this Triton has no bundled ptxas")
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = json.loads(run.stdout)
+    rows, direct = out["rows"], out["direct"]
+    assert out["fractions"] == [0.5, 1.0]
+    shapes = [(r["block_d"], r["block_n"], r["prefetch"]) for r in rows]
+    assert shapes == [(128, 16, 0), (128, 16, 2)]
+    for row, same in zip(rows, direct, strict=True):
+        setup = (row["arch"], row["dtype"], row["pooling"], row["weighted"])
+        assert setup == (90, "float32", "sum", False)
+        assert 0 < row["registers"] <= 255 and row["loop_barriers"] == 0
+        # the loop adds nothing to one shape's compile but its time
+        assert {k: v for k, v in row.items() if k != "compile_s"} == {
+            k: v for k, v in same.items() if k != "compile_s"
+        }
+    assert rows[1]["registers"] > rows[0]["registers"]  # two chunks in flight hold two more tiles
 
 
 def test_compile_errors_name_the_innermost_cause() -> None:

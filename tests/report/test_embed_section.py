@@ -17,6 +17,7 @@ import torch
 
 from recperf.core.results import dumps_json
 from recperf.embed import locality, traces
+from recperf.report import embed_compiled as ec
 from recperf.report import embed_section as es
 from recperf.report.builder import SECTIONS
 from recperf.report.section import FIGURE_CLASS, Section
@@ -215,9 +216,19 @@ def test_load_gpu_results_reads_a_file(tmp_path: Path) -> None:
     assert es.load_gpu_results(path) == {"device": "H200", "date": "2026-12-01", "runs": []}
 
 
+def _skip_unless_compiled(compiled: dict[str, Any]) -> None:
+    """Skip where nothing can compile in this process, as the compile tests skip."""
+    why = str(compiled.get("error", ""))
+    if "TRITON_INTERPRET" in why:  # e.g. run together with tests/embed, whose conftest sets it
+        pytest.skip("Triton was interpreted when the kernels were imported in this process")
+    if "ptxas is not available" in why or "No module named 'triton'" in why:
+        pytest.skip(f"nothing compiles for a GPU here: {why}")
+
+
 def test_kernel_compiled_for_hopper_is_shown(quick: Quick) -> None:
     section, _, args = quick
     compiled = args[4]
+    _skip_unless_compiled(compiled)
     assert compiled["arch"] == 90 and "error" not in compiled, compiled
     shapes = compiled["shapes"]
     assert [(s["block_n"], s["prefetch"]) for s in shapes] == [(16, 0), (16, 2)]
@@ -226,6 +237,17 @@ def test_kernel_compiled_for_hopper_is_shown(quick: Quick) -> None:
     assert "compiled for sm_90 (H100, H200) on this machine, no GPU needed" in section.html
     cells = f"<td>16</td><td>4</td><td>2</td><td>{shapes[1]['registers']}</td>"
     assert cells in section.html
+
+
+def test_an_interpreted_process_compiles_nothing_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    compiled = pytest.importorskip("recperf.embed.kernels.compiled")
+    # As if TRITON_INTERPRET=1 had been set when the kernels were imported.
+    monkeypatch.setattr(compiled, "_JIT_INTERPRETED", True)
+    result = ec.compile_for_gpu(quick=True)
+    assert list(result) == ["error"]
+    assert "TRITON_INTERPRET=1 was set when the kernels were imported" in result["error"]
 
 
 def test_compile_failure_is_one_escaped_line(quick: Quick) -> None:

@@ -53,6 +53,14 @@ STALLS_FIGURES = 3
 # The embedding section's figures: reuse distance, coverage, and the CPU benchmark's ms, GB/s and
 # stages (no GPU results are bundled yet).
 EMBED_FIGURES = 5
+QUICK_SECTION_FIGURES = {
+    "cluster": len(FIGURE_PARTS),
+    "netsens": len(NETSENS_PARTS),
+    "ingest": INGEST_QUICK_FIGURES,
+    "stalls": STALLS_FIGURES,
+    "embed": EMBED_FIGURES,
+}
+"""Every section of the quick report, by key, and how many figures it draws."""
 CELLS = list(itertools.product(ns.SCHEDULERS, ns.CONGESTION))
 
 
@@ -89,7 +97,7 @@ def evil_netsens(payload: str) -> SweepResult:
             continue
         policy = build_scheduler("fifo" if name == payload else name)
         engine = EngineConfig(congestion=c)
-        res = Simulator(jobs, cluster, policy, PLACEMENTS.create("best-fit"), engine).run()
+        res = Simulator(jobs, cluster, policy, PLACEMENTS.build("best-fit"), engine).run()
         rows.append({**summarize(res), **keys, "seed": 0, "status": "ok", "error": ""})
         n = len(jobs)
         tags = {"scheduler": [name] * n, "congestion": np.full(n, c)}
@@ -105,7 +113,7 @@ def evil_page(payload: str) -> str:
     jobs = evil_jobs(payload)
     cluster = PRESETS["tiresias-n32g4"]
     results = {
-        name: Simulator(jobs, cluster, build_scheduler(name), PLACEMENTS.create("best-fit")).run()
+        name: Simulator(jobs, cluster, build_scheduler(name), PLACEMENTS.build("best-fit")).run()
         for name in ("fifo", "sjf")
     }
     # Scheduler names are trace-like strings too: key one run by the payload.
@@ -125,21 +133,17 @@ def test_report_has_every_figure_and_inline_plotly(
         assert f'<div class="rp-figure" id="cluster-0-tiresias-480-{part}"' in page
     for part in NETSENS_PARTS:
         assert f'<div class="rp-figure" id="netsens-{part}"' in page
-    assert page.count('class="rp-figure"') == (
-        len(FIGURE_PARTS)
-        + len(NETSENS_PARTS)
-        + INGEST_QUICK_FIGURES
-        + STALLS_FIGURES
-        + EMBED_FIGURES
-    )
+    assert page.count('class="rp-figure"') == sum(QUICK_SECTION_FIGURES.values())
     assert "plotly.js v" in page  # the library itself, inline
     assert not re.search(r"<script[^>]+src=", page)  # nothing fetched from the network
-    assert '<a href="#cluster">GPU-cluster scheduling</a>' in page
-    assert f'<a href="#netsens">{ns.TITLE}</a>' in page
-    assert page.index('<section id="cluster">') < page.index('<section id="netsens">')
-    assert page.index('<section id="netsens">') < page.index('<section id="ingest">')
-    assert page.index('<section id="ingest">') < page.index('<section id="stalls">')
-    assert page.index('<section id="stalls">') < page.index('<section id="embed">')
+    sections = json.loads((out.parent / "report.json").read_text(encoding="utf-8"))["sections"]
+    assert sorted(sections) == sorted(QUICK_SECTION_FIGURES)
+    assert sections["cluster"]["title"] == "GPU-cluster scheduling"
+    assert sections["netsens"]["title"] == ns.TITLE
+    for key, figures in QUICK_SECTION_FIGURES.items():  # each once, linked, with its figures
+        assert page.count(f'<section id="{key}">') == 1, key
+        assert f'<a href="#{key}">{html.escape(sections[key]["title"])}</a>' in page, key
+        assert _section_html(page, key).count('class="rp-figure"') == figures, key
     assert f"recperf {recperf.__version__}" in page
     for name in SCHEDULERS:
         assert f'<td class="rp-l">{name}</td>' in page
@@ -166,10 +170,14 @@ def test_report_json_equals_summarize(quick_report: tuple[Path, list[float]]) ->
         assert f"{summary['jct_mean_s']:,.0f}" in page
 
 
+def _section_html(page: str, key: str) -> str:
+    """The HTML of the page's section ``key``, as rendered (escaped)."""
+    return page.split(f'<section id="{key}">', 1)[1].split("</section>", 1)[0]
+
+
 def _netsens(out: Path) -> tuple[str, dict[str, Any]]:
     """The netsens section's HTML (unescaped) and its report.json data."""
-    page = out.read_text(encoding="utf-8")
-    part = page.split('<section id="netsens">', 1)[1].split("</section>", 1)[0]
+    part = _section_html(out.read_text(encoding="utf-8"), "netsens")
     report = json.loads((out.parent / "report.json").read_text(encoding="utf-8"))
     return html.unescape(part), report["sections"]["netsens"]["data"]
 

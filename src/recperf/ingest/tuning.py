@@ -1,18 +1,17 @@
-"""One simulated tuning run as the CLI and benchmarks report it: a tuner on a SimTarget,
-judged by the model's noise-free throughput against the LP bound and the oracle (both over every
-cut pattern)."""
+"""One simulated tuning run as the CLI, the benchmarks and the report show it: a tuner on a
+SimTarget, judged by the model's noise-free throughput against the LP bound and the oracle (both
+over every cut pattern)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
 from recperf.ingest.sim.target import SimTarget
-from recperf.ingest.tuners.base import TUNERS, check_tuner
+from recperf.ingest.tuners.base import TUNERS, TuneResult, check_tuner
 
 
 def allocation_summary(alloc: Allocation, stage_names: Sequence[str]) -> dict[str, Any]:
@@ -31,6 +30,24 @@ def allocation_summary(alloc: Allocation, stage_names: Sequence[str]) -> dict[st
     }
 
 
+def history_summary(result: TuneResult, stage_names: Sequence[str]) -> list[dict[str, Any]]:
+    """Every measurement of a tuning run as JSON: when it ended, the allocation's label and the
+    throughput measured."""
+    return [
+        {
+            "elapsed_s": s.elapsed_s,
+            "allocation": s.allocation.label(stage_names),
+            "throughput_rows_per_s": s.throughput_rows_per_s,
+        }
+        for s in result.history
+    ]
+
+
+def found_at_s(result: TuneResult) -> float:
+    """Tuning time at the end of the first measurement of the allocation finally chosen."""
+    return next(s.elapsed_s for s in result.history if s.allocation == result.allocation)
+
+
 def simulate(
     spec: str | Path | sim.PipelineSpec,
     tuner: str,
@@ -38,15 +55,18 @@ def simulate(
     seed: int = 0,
     budget_s: float = 200.0,
     noise: float = 0.02,
+    options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run ``tuner`` through check_tuner on a fresh SimTarget; a summary with units in keys.
+    """Run ``tuner`` (its Config built from ``options``) through check_tuner on a fresh
+    SimTarget; a summary with units in keys.
 
     ``allocation`` is the chosen allocation as ``allocation_summary`` writes it;
     ``stage_workers`` lists each stage's workers (its segment's) and ``workers`` / ``cuts``
-    the list form that ``Allocation(workers=..., cuts=...)`` takes back."""
+    the list form that ``Allocation(workers=..., cuts=...)`` takes back; ``history`` is every
+    measurement (``history_summary``) and ``found_at_s`` when the chosen one was first made."""
     pipeline = spec if isinstance(spec, sim.PipelineSpec) else sim.load_spec(spec)
     target = SimTarget(pipeline, seed=seed, noise=noise)
-    result = check_tuner(TUNERS.create(tuner), target, budget_s, seed)
+    result = check_tuner(TUNERS.build(tuner, options), target, budget_s, seed)
     bound = sim.lp_bound(pipeline)
     best = sim.oracle(pipeline)
     best_thr = pipeline.throughput(best)
@@ -57,6 +77,7 @@ def simulate(
     return {
         "spec": pipeline.name,
         "tuner": tuner,
+        "tuner_options": dict(options or {}),
         "seed": seed,
         "cores": pipeline.cores,
         "allocation": allocation_summary(chosen, names),
@@ -78,5 +99,7 @@ def simulate(
         "tuning_steps": result.steps,
         "refused": result.refused,
         "tuning_s": result.tuning_s,
+        "found_at_s": found_at_s(result),
         "budget_s": budget_s,
+        "history": history_summary(result, names),
     }

@@ -21,7 +21,17 @@ from recperf.cluster.api import RunSpec, compare
 from recperf.cluster.metrics import summarize, utilization_series
 from recperf.cluster.outcome import SimResult
 from recperf.core.progress import ProgressFn
-from recperf.report.section import Section, figure_html, fmt_num, table_html
+from recperf.report.section import (
+    LAYOUT,
+    JctCurve,
+    Section,
+    color_of,
+    figure_html,
+    fmt_num,
+    jct_cdf_figure,
+    plot_title,
+    table_html,
+)
 
 KEY = "cluster"
 TITLE = "GPU-cluster scheduling"
@@ -30,15 +40,6 @@ TRACES = ("tiresias-480", "helios-500")
 """Each on its own default cluster (tiresias-n32g4, helios); both together run in seconds."""
 QUICK_TRACES = ("tiresias-480",)
 LONGEST_JOBS = 5
-# Plot layout shared by the report's cluster-simulator sections. Figures carry plain lists, not
-# plotly's base64 arrays, so the page's own check can count the points of every trace and
-# report.html stays readable.
-LAYOUT: dict[str, Any] = {
-    "template": "plotly_white",
-    "height": 380,
-    "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-    "legend": {"orientation": "h", "y": -0.2},
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,36 +145,16 @@ def _run_html(index: int, run: ClusterRun) -> str:
     )
 
 
-def plot_title(text: str) -> dict[str, Any]:
-    """A figure title, escaped: plotly renders titles as a small HTML subset."""
-    return {"text": html.escape(text), "font": {"size": 15}}
-
-
 def _jct_cdf(run: ClusterRun) -> go.Figure:
-    fig = go.Figure()
-    for name, res in run.results.items():
-        jct = res.finish_s - res.jobs.arrival_s
-        order = np.argsort(jct)
-        order = order[~np.isnan(jct[order])]
-        labels = [html.escape(f"{res.jobs.name[j]} ({res.jobs.model[j]})") for j in order]
-        fig.add_trace(
-            go.Scatter(
-                x=jct[order].tolist(),
-                y=(np.arange(1, order.size + 1) / len(res.jobs)).tolist(),
-                mode="lines",
-                line={"shape": "hv"},
-                name=html.escape(name),
-                text=labels,
-                hovertemplate="%{text}<br>JCT %{x:,.0f} s<br>%{y:.1%} of jobs",
-            )
+    curves = [
+        JctCurve(
+            name=name,
+            jct_s=res.finish_s - res.jobs.arrival_s,
+            labels=[f"{n} ({m})" for n, m in zip(res.jobs.name, res.jobs.model, strict=True)],
         )
-    fig.update_layout(
-        **LAYOUT,
-        title=plot_title(f"JCT CDF — {run.trace}"),
-        xaxis={"type": "log", "title": "JCT (s, log scale)"},
-        yaxis={"title": "fraction of jobs finished", "range": [0, 1.02]},
-    )
-    return fig
+        for name, res in run.results.items()
+    ]
+    return jct_cdf_figure(curves, f"JCT CDF — {run.trace}")
 
 
 def _utilization(run: ClusterRun) -> go.Figure:
@@ -214,7 +195,7 @@ def _bars(
             y=values,
             text=[fmt_num(v, digits) for v in values],
             textposition="outside",
-            marker={"color": "#4c78a8"},
+            marker={"color": color_of(0)},
         )
     )
     fig.update_layout(

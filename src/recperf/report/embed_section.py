@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date
@@ -29,8 +26,17 @@ from recperf.core.results import dumps_json
 from recperf.embed import locality, traces
 from recperf.embed.bench import bench
 from recperf.embed.model import config
-from recperf.report.cluster_section import LAYOUT, plot_title
-from recperf.report.section import MonotoneProgress, Section, figure_html, fmt_num, table_html
+from recperf.report.embed_compiled import compile_for_gpu, compiled_html
+from recperf.report.section import (
+    LAYOUT,
+    MonotoneProgress,
+    Section,
+    color_of,
+    figure_html,
+    fmt_num,
+    plot_title,
+    table_html,
+)
 
 KEY = "embed"
 TITLE = "Embedding stage (DLRM inference)"
@@ -52,11 +58,6 @@ GPU_RESULTS = "data/embedding/gpu_results.json"
 STAGES = ("bottom_mlp", "embedding", "interaction", "top_mlp")
 LOCALITY_SHARE = 0.3
 """Share of the section's progress given to the locality statistics (the rest benchmarks)."""
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
-COMPILE_ARCH = 90
-COMPILE_GRID = {"block_n": "16,32,64", "num_warps": "4,8", "bags": "1", "prefetch": "0,1,2"}
-QUICK_COMPILE_GRID = {"block_n": "16", "num_warps": "4", "bags": "1", "prefetch": "0,2"}
-"""Launch shapes compiled for the section (D = 128, the paper configuration's)."""
 CPU_ONLY_NOTE = (
     "CPU figures: no GPU run recorded yet; the GPU benchmark is benchmarks/embed_gpu.py."
 )
@@ -143,32 +144,6 @@ def run_cpu_bench(quick: bool, progress: ProgressFn) -> list[dict[str, Any]]:
     return runs
 
 
-def compile_for_gpu(quick: bool) -> dict[str, Any]:
-    """``recperf embed compile --json`` for ``COMPILE_ARCH`` over the section's launch shapes, in
-    a subprocess with the Triton interpreter off (this process may have it on); on failure
-    ``{"error": why}``."""
-    grid = QUICK_COMPILE_GRID if quick else COMPILE_GRID
-    flags = [x for k, v in grid.items() for x in (f"--{k.replace('_', '-')}", v)]
-    cmd = [sys.executable, "-c", "from recperf.cli.main import main; main()", "embed", "compile"]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    try:
-        run = subprocess.run(
-            [*cmd, "--arch", str(COMPILE_ARCH), *flags, "--json"],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=900,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return {"error": "recperf embed compile ran over 15 minutes"}
-    if not run.stdout.strip():  # exit 1 with JSON is a shape that failed: shown as a row
-        lines = run.stderr.strip().splitlines()
-        return {"error": lines[-1] if lines else f"recperf embed compile exited {run.returncode}"}
-    data: dict[str, Any] = json.loads(run.stdout)
-    return data
-
-
 def load_gpu_results(resource: Traversable | None = None) -> dict[str, Any] | None:
     """The bundled GPU benchmark's JSON (``GPU_RESULTS`` in the package), or None if absent."""
     path = resource or resources.files("recperf").joinpath(GPU_RESULTS)
@@ -209,7 +184,7 @@ def section_from_results(
         + f"<p>{html.escape(_cpu_text(cpu_label, gpu is None))}</p>"
         + _bench_html(f"{KEY}-cpu", cpu_runs, cpu_label, _cpu_note(gpu is None))
         + ("" if gpu is None else _gpu_html(gpu))
-        + ("" if compiled is None else _compiled_html(compiled))
+        + ("" if compiled is None else compiled_html(compiled))
     )
     jsonable: dict[str, Any] = json.loads(dumps_json(data))  # NaN and inf as null
     return Section(title=TITLE, key=KEY, html=body, data=jsonable)
@@ -312,43 +287,6 @@ def _gpu_html(gpu: Mapping[str, Any]) -> str:
     return f"<p>{html.escape(text)}</p>" + _bench_html(f"{KEY}-gpu", runs, label, note)
 
 
-def _compiled_html(compiled: Mapping[str, Any]) -> str:
-    if "error" in compiled:
-        why = f"The Triton kernel could not be compiled for sm_{COMPILE_ARCH}: {compiled['error']}"
-        return f"<p>{html.escape(why)}</p>"
-    arch, gpus = compiled.get("arch", COMPILE_ARCH), compiled.get("gpus", "")
-    text = (
-        f"The table-batched Triton kernel compiled for sm_{arch} ({gpus}) on this machine, no GPU "
-        f"needed (recperf embed compile): what each launch shape costs a multiprocessor. Not "
-        f"timings: deeper prefetching and bigger chunks hold more registers and leave fewer "
-        f"resident warps; the autotuner weighs that on the device."
-    )
-    header = ["block_n", "warps", "prefetch", "registers", "spilled bytes", "barriers in loop",
-              "occupancy", "limited by"]  # fmt: skip
-    rows = [
-        [s["block_n"], s["num_warps"], s["prefetch"], "", "", "", "", s["error"]]
-        if "error" in s
-        else [
-            s["block_n"],
-            s["num_warps"],
-            s["prefetch"],
-            s["registers"],
-            s["spill_bytes"],
-            s["loop_barriers"],
-            _pct(float(s["occupancy"])),
-            s["limiter"],
-        ]
-        for s in compiled.get("shapes", [])
-    ]
-    block_d = {s.get("block_d") for s in compiled.get("shapes", [])}
-    caption = (
-        f"Launch shapes (block_d {', '.join(map(str, sorted(block_d)))}, fp32, one bag per "
-        f"program) compiled for sm_{arch}: registers per thread, spills, barriers inside the "
-        f"gather loop, and theoretical occupancy."
-    )
-    return f"<p>{html.escape(text)}</p>" + table_html(header, rows, caption=caption, left_cols=0)
-
-
 # -- figures ----------------------------------------------------------------------------------
 
 _REUSE_NOTE = (
@@ -379,7 +317,7 @@ def _reuse_figure(localities: Sequence[TraceLocality]) -> go.Figure:
                 y=[int(h["count"]) / total for h in hist],
                 mode="lines+markers",
                 name=html.escape(loc.stats.name),
-                line={"color": PALETTE[i % len(PALETTE)]},
+                line={"color": color_of(i)},
                 hovertemplate="distance %{x}: %{y:.2%}",
             )
         )
@@ -406,7 +344,7 @@ def _coverage_figure(localities: Sequence[TraceLocality]) -> go.Figure:
                 y=list(loc.coverage),
                 mode="lines",
                 name=html.escape(loc.stats.name),
-                line={"color": PALETTE[i % len(PALETTE)]},
+                line={"color": color_of(i)},
                 hovertemplate="top %{x:,} rows: %{y:.1%}",
             )
         )
@@ -437,7 +375,7 @@ def _variant_bars(
                 x=[t for t, _ in pairs],
                 y=[float(v[metric]) for _, v in pairs],
                 name=html.escape(name),
-                marker={"color": PALETTE[i % len(PALETTE)]},
+                marker={"color": color_of(i)},
                 text=[f"{float(v['pct_of_copy_bw']):.1f}% of copy bandwidth" for _, v in pairs],
                 hovertemplate="%{x}: %{y:.3g} (%{text})",
                 textposition="none",
@@ -463,7 +401,7 @@ def _stages_figure(runs: Sequence[Mapping[str, Any]], label: str) -> go.Figure:
                 x=labels,
                 y=[float(run.get("stages_ms", {}).get(stage, 0.0)) for run in runs],
                 name=stage.replace("_", " ").replace("mlp", "MLP"),
-                marker={"color": PALETTE[i % len(PALETTE)]},
+                marker={"color": color_of(i)},
                 hovertemplate="%{x}: %{y:.3f} ms",
             )
         )

@@ -15,17 +15,13 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.ingest import api
-from recperf.ingest.base import Allocation
 from recperf.ingest.data.criteo import GenerateConfig, generate
 from recperf.ingest.live.batch import PipelineConfig
-from recperf.report.cluster_section import LAYOUT, plot_title
-from recperf.report.section import figure_html, fmt_num, table_html
+from recperf.report.section import LAYOUT, color_of, figure_html, fmt_num, plot_title, table_html
 
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
 SEED = 0
 KEY = "ingest"
 
@@ -36,10 +32,6 @@ def failed_run(tuner: str, exc: Exception) -> dict[str, Any]:
 
 def ok_runs(runs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in runs if r["status"] == "ok"]
-
-
-def color_of(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,11 +133,15 @@ def run_live(setup: LiveSetup, progress: ProgressFn | None = None) -> dict[str, 
 
 def _live_run(summary: Mapping[str, Any]) -> dict[str, Any]:
     run = {k: summary[k] for k in _LIVE_KEYS}
-    run["allocation"] = {
-        "+".join(g["stages"]): g["workers"] for g in summary["allocation"]["segments"]
-    }
+    run["allocation"] = segment_workers(summary["allocation"])
     run["bound_workers"] = summary["bound_workers"]
     return {"status": "ok", **run}
+
+
+def segment_workers(allocation: Mapping[str, Any]) -> dict[str, int]:
+    """Workers per segment of an ``allocation_summary``, keyed by the segment's stages joined
+    with ``+`` (one key per stage when every stage is its own segment)."""
+    return {"+".join(g["stages"]): g["workers"] for g in allocation["segments"]}
 
 
 # -- the measured outcome ---------------------------------------------------------------------
@@ -156,13 +152,6 @@ def failures_html(rows: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     if not failed:
         return ""
     return table_html(["where", "tuner", "error"], failed, caption="Runs that failed.", left_cols=3)
-
-
-def segment_workers(stages: Sequence[str], alloc: Allocation) -> dict[str, int]:
-    """Workers per segment, keyed by its stages joined with ``+`` (one key per stage when
-    every stage is its own segment)."""
-    segs = alloc.segments(len(stages))
-    return {"+".join(stages[a:b]): w for (a, b), w in zip(segs, alloc.workers, strict=True)}
 
 
 def bar_keys(bars: Mapping[str, Mapping[str, float]]) -> list[str]:

@@ -12,9 +12,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from recperf.report.cluster_section import LAYOUT, plot_title
-from recperf.report.ingest_live import KEY, color_of
-from recperf.report.section import figure_html
+from recperf.report.ingest_live import KEY
+from recperf.report.section import LAYOUT, color_of, figure_html, plot_title
 
 BUNDLED = "data/ingest/bench_live.json"
 ORDER = ("recperf", "recperf_fused", "recperf_even", "dataloader", "torchdata_nodes", "tfdata",

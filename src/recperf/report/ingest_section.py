@@ -15,20 +15,16 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.ingest.sim import model as sim
-from recperf.ingest.sim.target import SimTarget
-from recperf.ingest.tuners.base import TUNERS, TuneResult, check_tuner
-from recperf.report.cluster_section import LAYOUT, plot_title
+from recperf.ingest.tuning import simulate
 from recperf.report.ingest_live import (
     KEY,
     LIVE,
     QUICK_LIVE,
     SEED,
     bar_keys,
-    color_of,
     failed_run,
     failures_html,
     live_html,
@@ -39,7 +35,16 @@ from recperf.report.ingest_live import (
     stage_colors,
 )
 from recperf.report.ingest_peers import load_bundled, peers_html
-from recperf.report.section import MonotoneProgress, Section, figure_html, fmt_num, table_html
+from recperf.report.section import (
+    LAYOUT,
+    MonotoneProgress,
+    Section,
+    color_of,
+    figure_html,
+    fmt_num,
+    plot_title,
+    table_html,
+)
 
 TITLE = "Ingestion pipeline tuning"
 TUNER_NAMES = ("static", "autotune", "plumber", "intune", "oracle")
@@ -70,51 +75,37 @@ def ingest_section(*, quick: bool = False, progress: ProgressFn | None = None) -
 # -- running ----------------------------------------------------------------------------------
 
 
-def _found_at_s(result: TuneResult) -> float:
-    """Tuning time at the end of the first measurement of the allocation finally chosen."""
-    return next(s.elapsed_s for s in result.history if s.allocation == result.allocation)
+_RUN_KEYS = (
+    "throughput_rows_per_s",
+    "measured_throughput_rows_per_s",
+    "fraction_of_bound",
+    "fraction_of_oracle",
+    "tuning_steps",
+    "refused",
+    "tuning_s",
+    "found_at_s",
+    "peak_memory_bytes",
+    "history",
+)
+"""What the section keeps of each ``tuning.simulate`` summary (the spec's figures it keeps once)."""
 
 
 def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str, Any]:
-    """Every tuner (seed ``SEED``) on a fresh noisy SimTarget of bundled spec ``name``, judged as
+    """Every tuner (seed ``SEED``) through ``tuning.simulate`` on bundled spec ``name``, judged as
     the benchmark does: the model's noise-free throughput of the chosen allocation."""
     spec = sim.load_spec(name)
     bound = sim.lp_bound(spec)
-    best = spec.throughput(sim.oracle(spec))
     stages = [s.name for s in spec.stages]
     runs = []
     for tuner in tuners:
-        target = SimTarget(spec, seed=SEED, noise=NOISE)
         try:
-            result = check_tuner(TUNERS.create(tuner), target, budget_s, SEED)
+            summary = simulate(spec, tuner, seed=SEED, budget_s=budget_s, noise=NOISE)
         except RecperfError as exc:
             runs.append(failed_run(tuner, exc))
             continue
-        thr = spec.throughput(result.allocation)
-        runs.append(
-            {
-                "tuner": tuner,
-                "status": "ok",
-                "allocation": segment_workers(stages, result.allocation),
-                "throughput_rows_per_s": thr,
-                "measured_throughput_rows_per_s": result.throughput_rows_per_s,
-                "fraction_of_bound": thr / bound.throughput_rows_per_s,
-                "fraction_of_oracle": thr / best,
-                "tuning_steps": result.steps,
-                "refused": result.refused,
-                "tuning_s": result.tuning_s,
-                "found_at_s": _found_at_s(result),
-                "peak_memory_bytes": target.peak_memory_bytes,
-                "history": [
-                    {
-                        "elapsed_s": s.elapsed_s,
-                        "allocation": s.allocation.label(stages),
-                        "throughput_rows_per_s": s.throughput_rows_per_s,
-                    }
-                    for s in result.history
-                ],
-            }
-        )
+        allocation = segment_workers(summary["allocation"])
+        runs.append({"tuner": tuner, "status": "ok", "allocation": allocation,
+                     **{k: summary[k] for k in _RUN_KEYS}})  # fmt: skip
     return {
         "spec": name,
         "cores": spec.cores,
@@ -131,7 +122,7 @@ def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str
                 sim.segments_of(len(stages), bound.cuts), bound.workers, strict=True
             )
         },
-        "oracle_rows_per_s": best,
+        "oracle_rows_per_s": spec.throughput(sim.oracle(spec)),
         "runs": runs,
     }
 

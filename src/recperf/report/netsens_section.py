@@ -22,8 +22,17 @@ from recperf.cluster.api import RunSpec
 from recperf.cluster.sweep import Sweep, SweepResult, run_sweep
 from recperf.cluster.traces.synthetic import SyntheticConfig
 from recperf.core.progress import ProgressFn
-from recperf.report.cluster_section import LAYOUT, plot_title
-from recperf.report.section import Section, figure_html, fmt_num, table_html
+from recperf.report.section import (
+    LAYOUT,
+    JctCurve,
+    Section,
+    color_of,
+    figure_html,
+    fmt_num,
+    jct_cdf_figure,
+    plot_title,
+    table_html,
+)
 
 KEY = "netsens"
 TITLE = "Network-sensitive scheduling under congestion"
@@ -38,7 +47,6 @@ QUICK_SYNTHETIC = SyntheticConfig(
 )
 """Small enough to run all twelve cells in about a second, busy enough that jobs spread."""
 WORKERS = 2
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
 
 # (summary key, column header, scale, decimals, lower is better)
 _COLUMNS: tuple[tuple[str, str, float, int, bool], ...] = (
@@ -266,10 +274,6 @@ def _failures(rows: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
-def _color(i: int) -> str:
-    return PALETTE[i % len(PALETTE)]
-
-
 def _figures(
     result: SweepResult, cells: Cells, schedulers: Sequence[str], levels: Sequence[float]
 ) -> list[str]:
@@ -282,10 +286,11 @@ def _figures(
         )
         for part, key, scale, label in _BARS
     ]
-    cdf = _jct_cdf(result, schedulers, levels)
-    if cdf.data:
+    curves = _jct_curves(result, schedulers, levels)
+    if curves:
         hi, lo = _level(max(levels)), _level(min(levels))
         note = f"JCT CDF per scheduler at {hi} congestion (solid) and {lo} (dashed); {where}."
+        cdf = jct_cdf_figure(curves, f"JCT CDF at {hi} congestion")
         out.insert(0, figure_html(f"{KEY}-jct-cdf", cdf, note))
     return out
 
@@ -309,7 +314,7 @@ def _bars(
                 x=x,
                 y=[None if math.isnan(v) else v for v in values],
                 name=html.escape(s),
-                marker={"color": _color(i)},
+                marker={"color": color_of(i)},
                 text=[fmt_num(v, digits) for v in values],
                 textposition="outside",
                 textfont={"size": 10},
@@ -326,39 +331,32 @@ def _bars(
     return fig
 
 
-def _jct_cdf(result: SweepResult, schedulers: Sequence[str], levels: Sequence[float]) -> go.Figure:
-    fig = go.Figure()
+def _jct_curves(
+    result: SweepResult, schedulers: Sequence[str], levels: Sequence[float]
+) -> list[JctCurve]:
+    """One curve per scheduler at the highest congestion (solid) and the lowest (dashed),
+    leaving out cells in which no job finished (a failed run has none)."""
     jobs = result.jobs
     if jobs is None or jobs.num_rows == 0:
-        return fig
+        return []
     sched = np.asarray(jobs.column("scheduler").to_pylist(), dtype=object)
     cong = jobs.column("congestion").to_numpy()
     jct = jobs.column("jct_s").to_numpy(zero_copy_only=False)
     names, models = jobs.column("name").to_pylist(), jobs.column("model").to_pylist()
     hi, lo = max(levels), min(levels)
+    curves = []
     for c, dash in ((hi, "solid"), (lo, "dash")) if hi != lo else ((hi, "solid"),):
         for i, s in enumerate(schedulers):
             rows = np.flatnonzero((sched == s) & (cong == c))
-            done = rows[np.argsort(jct[rows], kind="stable")]
-            done = done[~np.isnan(jct[done])]
-            if done.size == 0:
+            if np.isnan(jct[rows]).all():
                 continue
-            fig.add_trace(
-                go.Scatter(
-                    x=jct[done].tolist(),
-                    y=(np.arange(1, done.size + 1) / rows.size).tolist(),
-                    mode="lines",
-                    line={"shape": "hv", "color": _color(i), "dash": dash},
-                    name=html.escape(f"{s} {_level(c)}"),
-                    legendgroup=html.escape(s),
-                    text=[html.escape(f"{names[j]} ({models[j]})") for j in done],
-                    hovertemplate="%{text}<br>JCT %{x:,.0f} s<br>%{y:.1%} of jobs",
+            curves.append(
+                JctCurve(
+                    name=f"{s} {_level(c)}",
+                    jct_s=jct[rows],
+                    labels=[f"{names[j]} ({models[j]})" for j in rows],
+                    line={"color": color_of(i), "dash": dash},
+                    group=s,
                 )
             )
-    fig.update_layout(
-        **LAYOUT,
-        title=plot_title(f"JCT CDF at {_level(hi)} congestion"),
-        xaxis={"type": "log", "title": "JCT (s, log scale)"},
-        yaxis={"title": "fraction of jobs finished", "range": [0, 1.02]},
-    )
-    return fig
+    return curves

@@ -1,18 +1,32 @@
-"""What a report section is, and the escaping-safe HTML helpers every section module shares."""
+"""What a report section is, and what every section module shares: the escaping-safe HTML
+helpers, the plot layout, palette and titles, and the JCT-CDF figure of both cluster sections."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+import numpy.typing as npt
+import plotly.graph_objects as go
 import plotly.io as pio
 
 from recperf.core.progress import ProgressFn
 
 FIGURE_CLASS = "rp-figure"
 """CSS class of every figure div; the page's script plots each one and counts them."""
+# Figures carry plain lists, not plotly's base64 arrays, so the page's own check can count the
+# points of every trace and report.json stays readable.
+LAYOUT: dict[str, Any] = {
+    "template": "plotly_white",
+    "height": 380,
+    "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+    "legend": {"orientation": "h", "y": -0.2},
+}
+"""Plot layout shared by every section's figures."""
+PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,3 +114,59 @@ class MonotoneProgress:
         self.last = max(self.last, min(max(frac, 0.0), 1.0))
         if self.progress is not None:
             self.progress(self.last)
+
+
+# -- plotting ---------------------------------------------------------------------------------
+
+
+def color_of(i: int) -> str:
+    """The ``i``-th palette colour, cycling."""
+    return PALETTE[i % len(PALETTE)]
+
+
+def plot_title(text: str) -> dict[str, Any]:
+    """A figure title, escaped: plotly renders titles as a small HTML subset."""
+    return {"text": html.escape(text), "font": {"size": 15}}
+
+
+@dataclass(frozen=True, slots=True)
+class JctCurve:
+    """One line of a JCT CDF; names and labels are plain text (``jct_cdf_figure`` escapes)."""
+
+    name: str
+    jct_s: npt.NDArray[np.float64]
+    """Every job's completion time; NaN for a job that never finished."""
+    labels: Sequence[str]
+    """Hover label of each job, aligned with ``jct_s``."""
+    line: Mapping[str, Any] = field(default_factory=dict)
+    """Line style beyond the step shape (colour, dash)."""
+    group: str | None = None
+    """Legend group, e.g. the scheduler of curves drawn at several congestion levels."""
+
+
+def jct_cdf_figure(curves: Sequence[JctCurve], title: str) -> go.Figure:
+    """The fraction of all jobs finished by each JCT, a step line per curve on a log JCT axis;
+    unfinished jobs count in the total, so a curve ends below 1 when some never finished."""
+    fig = go.Figure()
+    for c in curves:
+        order = np.argsort(c.jct_s, kind="stable")
+        order = order[~np.isnan(c.jct_s[order])]
+        fig.add_trace(
+            go.Scatter(
+                x=c.jct_s[order].tolist(),
+                y=(np.arange(1, order.size + 1) / c.jct_s.size).tolist(),
+                mode="lines",
+                line={"shape": "hv", **c.line},
+                name=html.escape(c.name),
+                legendgroup=None if c.group is None else html.escape(c.group),
+                text=[html.escape(c.labels[j]) for j in order],
+                hovertemplate="%{text}<br>JCT %{x:,.0f} s<br>%{y:.1%} of jobs",
+            )
+        )
+    fig.update_layout(
+        **LAYOUT,
+        title=plot_title(title),
+        xaxis={"type": "log", "title": "JCT (s, log scale)"},
+        yaxis={"title": "fraction of jobs finished", "range": [0, 1.02]},
+    )
+    return fig

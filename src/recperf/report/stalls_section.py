@@ -21,8 +21,16 @@ import plotly.graph_objects as go
 from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.core.results import dumps_json
-from recperf.report.cluster_section import LAYOUT, plot_title
-from recperf.report.section import MonotoneProgress, Section, figure_html, fmt_num, table_html
+from recperf.report.section import (
+    LAYOUT,
+    MonotoneProgress,
+    Section,
+    color_of,
+    figure_html,
+    fmt_num,
+    plot_title,
+    table_html,
+)
 from recperf.stalls import netem
 from recperf.stalls.advisor import Advice, AdvisorConfig, advise, pareto_figure
 from recperf.stalls.analysis import STALLS
@@ -39,7 +47,6 @@ MIN_SAMPLES = len(PARAMS)
 """The all-reduce model has five parameters: fewer samples cannot determine it."""
 PROFILE_SHARE = 0.9
 """Share of the section's progress given to the profile (the rest fits, advises and plots)."""
-PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
 FIGURES = ("iteration_s", "compute_s", *STALLS, "contention_s", "unexplained_s")
 """The breakdown rows, in table order."""
 SCALARS = (
@@ -299,7 +306,7 @@ def _breakdown_figure(summary: Mapping[str, Any]) -> go.Figure:
                 x=labels,
                 y=[None if v is None else 1e3 * float(v) for v in values],
                 name=name,
-                marker={"color": PALETTE[i % len(PALETTE)]},
+                marker={"color": color_of(i)},
                 hovertemplate="%{x}: %{y:.3f} ms",
             )
         )
@@ -324,7 +331,7 @@ def _comm_figure(samples: Sequence[Mapping[str, Any]], model: CommModel) -> str:
                 y=[1e3 * predicted[k] for k in pick],
                 mode="markers",
                 name=f"{nodes} node(s)",
-                marker={"color": PALETTE[i % len(PALETTE)], "size": 8},
+                marker={"color": color_of(i), "size": 8},
                 text=[f"{samples[k]['grad_bytes']:,.0f} bytes" for k in pick],
                 hovertemplate="%{text}: measured %{x:.3f} ms, predicted %{y:.3f} ms",
             )

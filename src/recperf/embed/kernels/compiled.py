@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from recperf.core.errors import ConfigError, RecperfError
+from recperf.core.progress import ProgressFn
 from recperf.embed.kernels.base import Pooling
 from recperf.embed.kernels.triton_tbe import _JIT_INTERPRETED, TBEConfig, _tbe_kernel, kernel_args
 
@@ -296,6 +297,37 @@ def compile_tbe(
         limiter=occ.limiter,
         compile_s=time.perf_counter() - t0,
     )
+
+
+def compile_shapes(
+    shapes: Sequence[TBEConfig],
+    *,
+    cc: int = 90,
+    dtype: torch.dtype = torch.float32,
+    weighted: bool = False,
+    pooling: Pooling = "sum",
+    dim: int = 128,
+    batch: int = 2048,
+    tables: int = 12,
+    progress: ProgressFn | None = None,
+) -> list[dict[str, object]]:
+    """``compile_tbe`` each launch shape in turn: one row per shape, its ``KernelResources`` JSON,
+    or the shape's fields and ``error`` where that shape alone did not compile. Anything that
+    stops every shape (the interpreter on, no ptxas, a bad argument) raises. ``progress`` gets
+    the fraction of shapes done after each."""
+    rows: list[dict[str, object]] = []
+    for i, cfg in enumerate(shapes):
+        try:
+            res = compile_tbe(
+                cfg, cc=cc, dtype=dtype, weighted=weighted, pooling=pooling, dim=dim,
+                batch=batch, tables=tables,
+            )  # fmt: skip
+            rows.append(res.to_json())
+        except ShapeCompileError as exc:  # a shape that does not compile is a row, not the end
+            rows.append({**asdict(cfg), "error": str(exc)})
+        if progress is not None:
+            progress((i + 1) / len(shapes))
+    return rows
 
 
 def configs(
