@@ -93,13 +93,20 @@ def test_netsens_flags_reach_the_run(tmp_path: Path) -> None:
 
 
 def test_compare_gives_timers_to_netsens_only(tmp_path: Path) -> None:
-    code, _, _ = run(
-        "cluster", "compare", "--trace", "tiresias-60", "--schedulers", "fifo,netsens",
-        "--timers", "0,0", "--out", str(tmp_path),
-    )  # fmt: skip
-    assert code == 0
-    runs = json.loads((tmp_path / "compare.json").read_text())["runs"]
-    assert [r["scheduler"] for r in runs] == ["fifo", "netsens"]
+    def compare(out: Path, *extra: str) -> dict[str, dict[str, object]]:
+        code, _, err = run(
+            "cluster", "compare", "--trace", "helios-500", "--schedulers", "fifo,netsens",
+            "--congestion", "4", *extra, "--out", str(out),
+        )  # fmt: skip
+        assert code == 0, err
+        runs = json.loads((out / "compare.json").read_text())["runs"]
+        return {r["scheduler"]: r for r in runs}
+
+    learned, zero = compare(tmp_path / "a"), compare(tmp_path / "b", "--timers", "0,0")
+    # zero timers accept a spread placement at once, so far fewer jobs wait for locality
+    assert zero["netsens"]["locality_wait_share"] < learned["netsens"]["locality_wait_share"] / 5
+    assert zero["netsens"]["jct_mean_s"] != learned["netsens"]["jct_mean_s"]
+    assert learned["fifo"] == zero["fifo"]  # fifo never saw the timers
 
 
 @pytest.mark.parametrize(
@@ -115,7 +122,7 @@ def test_compare_gives_timers_to_netsens_only(tmp_path: Path) -> None:
          "promote_factor"),
         (["--trace", "tiresias-60", "--scheduler", "fifo", "--opt", "speed=9"], "unknown key"),
         (["--trace", "tiresias-60", "--scheduler", "fifo", "--timers", "auto"],
-         "--timers only applies"),
+         "--timers (= --set netsens.timers) only applies when 'netsens'"),
         (["--trace", "tiresias-60", "--scheduler", "netsens", "--timers", "9,3"], "'9,3'"),
         (["--trace", "tiresias-60", "--scheduler", "netsens", "--congestion", "0.5"],
          "congestion"),

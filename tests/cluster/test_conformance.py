@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from recperf.cluster import api  # importing it registers every scheduler and placement policy
+from recperf.cluster import api
 from recperf.cluster.base import (
     PLACEMENTS,
     SCHEDULERS,
@@ -25,12 +25,12 @@ from recperf.core.errors import ConfigError, ContractError, RegistryError
 
 @pytest.mark.parametrize("name", SCHEDULERS.names())
 def test_registered_scheduler_conforms(name: str) -> None:
-    check_scheduler(lambda: SCHEDULERS.create(name))
+    check_scheduler(lambda: SCHEDULERS.build(name))
 
 
 @pytest.mark.parametrize("name", PLACEMENTS.names())
 def test_registered_placement_conforms(name: str) -> None:
-    check_placement(PLACEMENTS.create(name))
+    check_placement(PLACEMENTS.build(name))
 
 
 @pytest.mark.parametrize(
@@ -244,7 +244,7 @@ def _fits_within(gpus: int, free: np.ndarray, cluster: Cluster, level: Level) ->
     PLACEMENTS.names(),
 )
 def test_placement_finds_a_fit_within_max_level(name: str) -> None:
-    policy = PLACEMENTS.create(name)
+    policy = PLACEMENTS.build(name)
     rng = np.random.default_rng(3)
     for _ in range(300):
         free = rng.integers(0, SMALL.gpus_per_machine + 1, size=SMALL.machines).astype(np.int64)
@@ -309,7 +309,7 @@ def test_user_scheduler_by_module_attr() -> None:
 
 def test_user_placement_by_module_attr() -> None:
     ref = f"{__name__}:GrantsBusy"
-    assert isinstance(PLACEMENTS.create(ref), GrantsBusy)
+    assert isinstance(PLACEMENTS.build(ref), GrantsBusy)
 
 
 def test_scheduler_options_build_its_config() -> None:
@@ -320,10 +320,10 @@ def test_scheduler_options_build_its_config() -> None:
 
 
 def test_scheduler_option_errors() -> None:
-    with pytest.raises(ConfigError, match=r"scheduler 'sjf' takes no options \(got backfill\)"):
+    with pytest.raises(ConfigError, match=r"scheduler 'sjf': takes no options \(got backfill\)"):
         api.build_scheduler("sjf", {"backfill": "true"})
     with pytest.raises(
-        ConfigError, match=r"scheduler 'fifo' options: unknown key 'size'; allowed: backfill"
+        ConfigError, match=r"scheduler 'fifo': unknown key 'size'; allowed: backfill"
     ):
         api.build_scheduler("fifo", {"size": 3})
     with pytest.raises(

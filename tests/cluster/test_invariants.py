@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from recperf.cluster import api  # importing it registers every scheduler and placement policy
+from recperf.cluster import api
 from recperf.cluster.base import PLACEMENTS, SCHEDULERS
 from recperf.cluster.checks import check_result
 from recperf.cluster.engine import Simulator
@@ -65,8 +65,8 @@ def _run(sc: Scenario, scheduler: str, placement: str) -> tuple[JobTable, SimRes
     sim = Simulator(
         jobs,
         sc.cluster,
-        SCHEDULERS.create(scheduler),
-        PLACEMENTS.create(placement),
+        SCHEDULERS.build(scheduler),
+        PLACEMENTS.build(placement),
         sc.engine,
         sc.seed,
     )

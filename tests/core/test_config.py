@@ -114,7 +114,9 @@ def test_not_a_dataclass_is_a_type_error() -> None:
 def test_post_init_validation_runs() -> None:
     from recperf.cluster.outcome import EngineConfig
 
-    with pytest.raises(ConfigError, match=r"^config: restore_s = -1\.0 is outside the allowed range"):
+    with pytest.raises(
+        ConfigError, match=r"^config: restore_s = -1\.0 is outside the allowed range"
+    ):
         from_mapping(EngineConfig, {"restore_s": "-1"})
     cfg = from_mapping(EngineConfig, {"restore_s": "5", "record_segments": "true", "round_s": 0})
     assert (cfg.restore_s, cfg.record_segments, cfg.round_s) == (5.0, True, 0.0)

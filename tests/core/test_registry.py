@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -38,7 +39,7 @@ class Gadget:
     """A plug-in with a Config, built as ``Gadget(part, config=cfg)``."""
 
     Config = GadgetConfig
-    SPACE = {"size": (1, 2)}
+    SPACE: ClassVar[dict[str, tuple[int, ...]]] = {"size": (1, 2)}
 
     def __init__(self, part: str, config: GadgetConfig) -> None:
         self.part, self.config = part, config

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import pytest
 
-import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import ConfigError, ContractError, RegistryError
 from recperf.ingest.base import (
     Allocation,

@@ -139,12 +139,14 @@ def test_fit_predict_advise_on_the_profile(
     [
         (["profile", "--ranks", "3", "--nodes", "2", "--out", "x"], "multiple of nodes"),
         (["profile", "--bandwidth", "fast", "--out", "x"], "bandwidth 'fast'"),
-        (["profile", "--device", "tpu", "--out", "x"], "device = 'tpu'"),
+        (["profile", "--device", "tpu", "--out", "x"], "device: 'tpu' is not one of 'cpu', 'cuda'"),
         (
             ["profile", "--device", "cuda", "--ranks", "99", "--out", "x"],
             "99 ranks need as many GPUs",
         ),
-        (["profile", "--option", "noequals", "--out", "x"], "KEY=VALUE"),
+        (["profile", "--option", "noequals", "--out", "x"], "expected SCOPE.key=value"),
+        (["profile", "--set", "dlrm.depth=3", "--out", "x"], "unknown key 'depth'; allowed:"),
+        (["profile", "--set", "mlp.features=3", "--out", "x"], "unknown scope 'mlp'"),
         (["profile", "--workload", "nope", "--out", "x"], "unknown stall workload 'nope'"),
         (["fit", "--profiles", "missing-dir", "--out", "m.json"], "not a profile summary"),
         (

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-import recperf.stalls.workloads  # noqa: F401
 from recperf.core.errors import ConfigError, ContractError, RegistryError, TraceFormatError
 from recperf.stalls.base import WORKLOADS, DataSpec, check_workload, grad_bytes
 from recperf.stalls.workloads import MlpWorkload, RecordFile
@@ -25,12 +24,12 @@ TINY: dict[str, dict[str, Any]] = {
 
 @pytest.mark.parametrize("name", WORKLOADS.names())
 def test_every_workload_passes_the_contract(name: str, tmp_path: Path) -> None:
-    check_workload(WORKLOADS.create(name, **TINY[name]), data_dir=tmp_path)
+    check_workload(WORKLOADS.build(name, TINY[name]), data_dir=tmp_path)
 
 
 @pytest.mark.parametrize("name", ["mlp", "convnet"])
 def test_real_data_is_deterministic_and_sharded(name: str, tmp_path: Path) -> None:
-    w = WORKLOADS.create(name, **TINY[name])
+    w = WORKLOADS.build(name, TINY[name])
     spec = DataSpec(batch_size=3, rank=1, world=2, batches=4, seed=7)
     files = w.prepare_data(tmp_path, spec)
     assert len(files) == 2 and all(f.stat().st_size > 0 for f in files)
@@ -80,9 +79,9 @@ def test_grad_bytes_counts_trainable_parameters() -> None:
 
 def test_bad_options_and_names() -> None:
     with pytest.raises(ConfigError, match="table_rows"):
-        WORKLOADS.create("dlrm", table_rows=0)
+        WORKLOADS.build("dlrm", {"table_rows": 0})
     with pytest.raises(RegistryError, match="allowed: convnet, dlrm, mlp"):
-        WORKLOADS.create("resnet")
+        WORKLOADS.build("resnet")
     with pytest.raises(ConfigError, match="rank"):
         DataSpec(batch_size=1, rank=2, world=2)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from recperf.cli.common import err_console, one_line_errors, print_table
-from recperf.core.results import dumps_json
+from recperf.cli.common import err_console, print_table
+from recperf.cli.options import Settings, command
+from recperf.core.config import parse_ints, parse_names
 
 app = typer.Typer(
     help="DLRM inference embedding stage: access traces, locality, kernels.", no_args_is_help=True
@@ -19,14 +20,18 @@ _TRACE_HELP = (
 )
 
 
-@app.command("stats")
-@one_line_errors
+KERNEL_SCOPES = "a kernel's name, e.g. torch-hot, triton"
+
+
+@command(
+    app, "stats", writes="stats.json"
+)  # fmt: skip
 def stats_cmd(
+    settings: Settings,
     trace: str = typer.Option(..., help=_TRACE_HELP),
     rows: int | None = typer.Option(None, help="Rows per table (default 500,000 / from file)."),
     batch_lookups: int = typer.Option(307_200, help="Ids per batch for the unique fraction."),
     top_k: int = typer.Option(60_000, help="Hot rows per table for the coverage."),
-    json_out: bool = typer.Option(False, "--json", help="Print the stats as JSON."),
 ) -> None:
     """Locality of an embedding access trace: top-k coverage, unique rows per batch, reuse."""
     from recperf.embed.locality import stats
@@ -34,8 +39,7 @@ def stats_cmd(
 
     result = stats(resolve(trace, rows=rows), batch_lookups=batch_lookups, top_k=top_k)
     data = result.to_json()
-    if json_out:
-        typer.echo(dumps_json(data), nl=False)
+    settings.emit(data, "stats.json")
     columns = ("accesses", "unique_rows", "top_k", "top_k_coverage", "unique_frac_per_batch")
     print_table(f"locality of {result.name}", [data], columns)
     total = max(result.accesses, 1)
@@ -52,13 +56,14 @@ def _device(device: str | None) -> str:
     return device or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@app.command("check")
-@one_line_errors
+@command(
+    app, "check", writes="check.json", scopes_help=KERNEL_SCOPES,
+)  # fmt: skip
 def check_cmd(
+    settings: Settings,
     device: str | None = typer.Option(None, help="cuda or cpu (default: cuda when present)."),
     variants: str | None = typer.Option(None, help="Comma-separated kernels (default: all)."),
     seed: int = typer.Option(0, help="Seed of the random shapes."),
-    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Run every kernel against the torch reference on random shapes on this device (on the CPU
     the Triton kernels need TRITON_INTERPRET=1 and are skipped without it)."""
@@ -68,20 +73,21 @@ def check_cmd(
     from recperf.embed.kernels import KERNELS, check_kernel
 
     dev = _device(device)
-    names = variants.split(",") if variants else KERNELS.names()
+    names = parse_names(variants, "--variants") if variants else tuple(KERNELS.names())
+    options = settings.resolve(names)
+    for name in names:
+        KERNELS.config(name, options[name])  # an unknown name or a bad option: one line
     rows = []
     for name in names:
-        KERNELS.factory(name)  # an unknown name is a one-line error
         if dev == "cpu" and name not in CPU_KERNELS and os.environ.get("TRITON_INTERPRET") != "1":
             rows.append({"name": name, "result": "skipped: set TRITON_INTERPRET=1 on the CPU"})
             continue
         try:
-            check_kernel(name, device=dev, seed=seed)
+            check_kernel(name, device=dev, seed=seed, options=options[name])
             rows.append({"name": name, "result": "ok"})
         except RecperfError as exc:
             rows.append({"name": name, "result": f"FAILED: {exc}"})
-    if json_out:
-        typer.echo(dumps_json({"device": dev, "kernels": rows}), nl=False)
+    settings.emit({"device": dev, "kernels": rows}, "check.json")
     print_table(f"embedding kernels vs the reference on {dev}", rows, ["name", "result"])
     if any(r["result"].startswith("FAILED") for r in rows):
         raise typer.Exit(1)
@@ -91,9 +97,11 @@ CPU_KERNELS = ("torch", "torch-hot")
 """Kernels that run on the CPU without the Triton interpreter."""
 
 
-@app.command("bench")
-@one_line_errors
+@command(
+    app, "bench", writes="bench.json", scopes_help=KERNEL_SCOPES, toml=False,
+)  # fmt: skip
 def bench_cmd(
+    settings: Settings,
     config: str = typer.Option("small", help="paper, mlperf or small."),
     trace: str = typer.Option("reuse-medium-500k", help=_TRACE_HELP),
     variants: str = typer.Option("torch,torch-hot", help="Comma-separated kernels."),
@@ -103,7 +111,6 @@ def bench_cmd(
     reps: int = typer.Option(20, help="Timed calls per variant (median)."),
     tune: bool = typer.Option(False, help="Autotune each variant's parameters first (cached)."),
     seed: int = typer.Option(0, help="Seed of the tables and generated traces."),
-    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Time embedding kernels on a DLRM inference configuration and an access trace."""
     import torch
@@ -117,21 +124,23 @@ def bench_cmd(
     if dtype not in dtypes:
         raise ConfigError(f"--dtype {dtype!r}: expected fp32 or fp16")
     cfg = make_config(config, batch_size=batch_size)
+    names = parse_names(variants, "--variants")
+    options = settings.resolve(names)
     with progress_bar(f"benchmarking {config} on {trace}") as bar:
         result = bench(
             cfg,
             trace,
-            variants.split(","),
+            names,
             dtype=dtypes[dtype],
             device=_device(device),
             reps=reps,
             tune=tune,
             seed=seed,
+            options=options,
             progress=bar,
         )
     data = result.to_json()
-    if json_out:
-        typer.echo(dumps_json(data), nl=False)
+    settings.emit(data, "bench.json")
     cols = ["variant", "ms_per_batch", "gb_per_s", "pct_of_copy_bw", "speedup_vs_torch"]
     print_table(
         f"{config} / {result.trace} on {result.device} ({result.dtype}); copy "
@@ -144,19 +153,11 @@ def bench_cmd(
     )
 
 
-def _ints(option: str, text: str) -> tuple[int, ...]:
-    from recperf.core.errors import ConfigError
-
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        raise ConfigError(f"{option} {text!r}: expected comma-separated integers") from None
-    return values
-
-
-@app.command("compile")
-@one_line_errors
+@command(
+    app, "compile", writes="compile.json"
+)  # fmt: skip
 def compile_cmd(
+    settings: Settings,
     arch: int = typer.Option(90, help="Compute capability: 80, 86, 89 or 90 (H100/H200)."),
     dtype: str = typer.Option("fp32", help="fp32 or fp16 weights."),
     pooling: str = typer.Option("sum", help="sum or mean."),
@@ -169,12 +170,10 @@ def compile_cmd(
     num_warps: str = typer.Option("4,8", help="Comma-separated warps per program."),
     bags: str = typer.Option("1,2", help="Comma-separated bags per program."),
     prefetch: str = typer.Option("0,1,2", help="Comma-separated prefetch distances (0: none)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Compile the table-batched Triton kernel for a GPU architecture without a GPU and show each
     launch shape's registers, spills, shared memory and theoretical occupancy."""
     import os
-    from dataclasses import asdict
 
     import torch
 
@@ -183,8 +182,8 @@ def compile_cmd(
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise ConfigError("TRITON_INTERPRET=1: compiling for a GPU needs the interpreter off")
-    from recperf.embed.kernels.compiled import ShapeCompileError, compile_tbe, configs
     from recperf.embed.kernels.compiled import arch as arch_limits
+    from recperf.embed.kernels.compiled import compile_shapes, configs
     from recperf.embed.kernels.triton_tbe import default_block_d
 
     dtypes = {"fp32": torch.float32, "fp16": torch.float16}
@@ -194,26 +193,18 @@ def compile_cmd(
         raise ConfigError(f"--pooling {pooling!r}: expected sum or mean")
     limits = arch_limits(arch)
     shapes = configs(
-        _ints("--block-d", block_d) if block_d else (default_block_d(dim),),
-        _ints("--block-n", block_n),
-        _ints("--num-warps", num_warps),
-        _ints("--bags", bags),
-        _ints("--prefetch", prefetch),
+        parse_ints(block_d, "--block-d") if block_d else (default_block_d(dim),),
+        parse_ints(block_n, "--block-n"),
+        parse_ints(num_warps, "--num-warps"),
+        parse_ints(bags, "--bags"),
+        parse_ints(prefetch, "--prefetch"),
     )
-    rows: list[dict[str, object]] = []
     with progress_bar(f"compiling {len(shapes)} launch shapes for sm_{arch}") as bar:
-        for i, cfg in enumerate(shapes):
-            try:
-                res = compile_tbe(
-                    cfg, cc=arch, dtype=dtypes[dtype], weighted=weighted, pooling=pooling,  # type: ignore[arg-type]
-                    dim=dim, batch=batch, tables=tables,
-                )  # fmt: skip
-                rows.append(res.to_json())
-            except ShapeCompileError as exc:  # a shape that does not compile is a row
-                rows.append({**asdict(cfg), "error": str(exc)})
-            bar((i + 1) / len(shapes))
-    if json_out:
-        typer.echo(dumps_json({"arch": arch, "gpus": limits.gpus, "shapes": rows}), nl=False)
+        rows = compile_shapes(
+            shapes, cc=arch, dtype=dtypes[dtype], weighted=weighted, pooling=pooling,  # type: ignore[arg-type]
+            dim=dim, batch=batch, tables=tables, progress=bar,
+        )  # fmt: skip
+    settings.emit({"arch": arch, "gpus": limits.gpus, "shapes": rows}, "compile.json")
     cols = ["block_d", "block_n", "num_warps", "bags_per_program", "prefetch", "registers",
             "spill_bytes", "shared_bytes", "vector_loads", "loop_barriers", "occupancy",
             "limiter"]  # fmt: skip

@@ -9,9 +9,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from recperf.cli.common import err_console, one_line_errors
+from recperf.cli.common import err_console
+from recperf.cli.options import Flag, Settings, command
+from recperf.core.config import from_mapping
 from recperf.core.progress import progress_bar
-from recperf.core.results import dumps_json
 from recperf.ingest.data.criteo import FORMATS, GenerateConfig, generate
 from recperf.ingest.live.batch import PipelineConfig
 
@@ -20,40 +21,42 @@ app = typer.Typer(
 )
 
 
-@app.command("generate")
-@one_line_errors
+@command(
+    app, "generate", writes="part-NNNNN.* shards and manifest.json", out="required",
+    json_help="Print the manifest (with the generation rate) to stdout.",
+)  # fmt: skip
 def generate_cmd(
+    settings: Settings,
     rows: int = typer.Option(..., help="Total rows over all shards."),
-    out: Path = typer.Option(..., help="Directory for part-NNNNN.* shards and manifest.json."),
     fmt: str = typer.Option("parquet", "--format", help=f"Output format: {', '.join(FORMATS)}."),
     shards: int = typer.Option(1, help="Number of output files."),
     seed: int = typer.Option(0, help="Same seed, rows and shards give byte-identical files."),
     gzip: bool = typer.Option(False, "--gzip", help="TSV only: gzip each shard."),
     zipf_exponent: float = typer.Option(1.1, help="Skew of the categorical ids (power law)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the manifest to stdout."),
 ) -> None:
     """Generate synthetic Criteo-format rows (label, I1..I13, C1..C26) as Parquet or TSV."""
     config = GenerateConfig(
         rows=rows, shards=shards, seed=seed, format=fmt, gzip=gzip, zipf_exponent=zipf_exponent
     )
+    out = settings.out
+    assert out is not None
     t0 = time.perf_counter()
     with progress_bar(f"generating {rows:,} rows") as bar:
         manifest = generate(config, out, progress=bar)
     wall = time.perf_counter() - t0
     rate = rows / max(wall, 1e-9)
-    if json_out:
-        typer.echo(
-            dumps_json({**manifest, "wall_s": wall, "throughput_rows_per_s": rate}), nl=False
-        )
+    settings.emit({**manifest, "wall_s": wall, "throughput_rows_per_s": rate}, name=None)
     err_console.print(
         f"{rows:,} rows in {config.shards} {config.format} shard(s) in {wall:.2f} s "
         f"({rate:,.0f} rows/s); manifest in {out / 'manifest.json'}"
     )
 
 
-@app.command("simulate")
-@one_line_errors
+@command(
+    app, "simulate", writes="summary.json", scopes_help="the tuner's name, e.g. intune, plumber",
+)  # fmt: skip
 def simulate_cmd(
+    settings: Settings,
     spec: str = typer.Option(
         ..., help="Bundled spec (criteo-16, udf-64, membound-128, live-2, udfcut-4) or TOML."
     ),
@@ -61,14 +64,14 @@ def simulate_cmd(
     seed: int = typer.Option(0, help="Seed of the tuner and the simulated measurement noise."),
     budget_s: float = typer.Option(200.0, help="Tuning budget, simulated seconds (1 s windows)."),
     noise: float = typer.Option(0.02, help="Relative noise of each simulated measurement."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Tune a simulated ingestion pipeline and compare with the LP bound."""
     from recperf.ingest.tuning import simulate
 
-    summary = simulate(spec, tuner, seed=seed, budget_s=budget_s, noise=noise)
-    if json_out:
-        typer.echo(dumps_json(summary), nl=False)
+    options = settings.resolve([tuner], {"tuner": tuner})[tuner]
+    summary = simulate(spec, tuner, seed=seed, budget_s=budget_s, noise=noise, options=options)
+    settings.emit(summary)
+    if settings.json:
         return
     err_console.print(
         f"{summary['spec']} / {summary['tuner']}: {summary['throughput_rows_per_s']:,.0f} rows/s "
@@ -81,12 +84,14 @@ def simulate_cmd(
     )
 
 
-@app.command("pretrain")
-@one_line_errors
+@command(
+    app, "pretrain", writes="the weights (e.g. intune-dqn.pt)", out="required", out_is_dir=False,
+    json_help="Print the training record (episodes, wall time, fractions) as JSON.",
+)  # fmt: skip
 def pretrain_cmd(
+    settings: Settings,
     episodes: int = typer.Option(400, help="Episodes on random simulated pipelines."),
     seed: int = typer.Option(0, help="Seed of the pipelines, exploration and initial weights."),
-    out: Path = typer.Option(..., help="Weights file to write (e.g. intune-dqn.pt)."),
 ) -> None:
     """Pre-train the intune DQN on random simulated pipelines and save its weights."""
     import shlex
@@ -94,51 +99,47 @@ def pretrain_cmd(
     from recperf.core.results import atomic_path
     from recperf.ingest.tuners import dqn
 
+    out = settings.out
+    assert out is not None
     net, meta = dqn.pretrain(episodes, seed)
     args = ["--episodes", str(episodes), "--seed", str(seed), "--out", str(out)]
     meta["command"] = "recperf ingest pretrain " + shlex.join(args)
     with atomic_path(out) as tmp:
         dqn.save(net, meta, tmp)
+    settings.emit(meta, name=None)
     err_console.print(
         f"pretrained {episodes} episodes in {meta['wall_s']:.1f} s "
         f"(last-100 mean fraction of bound {meta['final_fraction_last100']:.3f}); wrote {out}"
     )
 
 
-def _pipeline_config(
-    batch_size: int,
-    downsample_rate: float | None,
-    shuffle_window: int,
-    queue_batches: int,
-    memory_budget_gib: float,
-    seed: int,
-    read_latency_ms: float = 0.0,
-) -> PipelineConfig:
-    return PipelineConfig(
-        batch_size=batch_size,
-        downsample_rate=downsample_rate,
-        shuffle_window=shuffle_window,
-        queue_batches=queue_batches,
-        memory_budget_gib=memory_budget_gib,
-        seed=seed,
-        read_latency_ms=read_latency_ms,
-    )
+PIPELINE_FLAGS = (
+    Flag("batch_size", "pipeline", int | None, "Rows per batch (default 4096)"),
+    Flag("downsample_rate", "pipeline", float | None,
+         "Keep this share of negative rows (adds the stage)"),
+    Flag("shuffle_window", "pipeline", int | None,
+         "Batches a shuffle task mixes; 0 drops the shuffle stage (default 8)"),
+    Flag("queue_batches", "pipeline", int | None,
+         "Batches buffered before each stage (default 4)"),
+    Flag("memory_budget_gib", "pipeline", float | None,
+         "Memory budget for workers plus buffers, GiB (default 4)"),
+    Flag("seed", "pipeline", int | None,
+         "Seeds the read order, shuffle, downsampling and the tuner (default 0)"),
+    Flag("read_latency_ms", "pipeline", float | None,
+         "Emulated remote-storage latency per batch read, ms (default 0)"),
+)  # fmt: skip
+PIPELINE_HELP = "pipeline (PipelineConfig: batch_size, chunk_rows, read_concurrency, ...)"
 
 
 _DATA = typer.Option(..., help="Criteo data: a Parquet / TSV(.gz) file or a directory of shards.")
-_BATCH = typer.Option(4096, "--batch-size", help="Rows per batch.")
-_DOWNSAMPLE = typer.Option(None, help="Keep this share of negative rows (adds the stage).")
-_WINDOW = typer.Option(8, help="Batches a shuffle task mixes; 0 drops the shuffle stage.")
-_QUEUE = typer.Option(4, help="Batches buffered before each stage.")
-_MEMORY = typer.Option(4.0, help="Memory budget for workers plus buffers, GiB.")
-_SEED = typer.Option(0, help="Seeds the read order, shuffle, downsampling and the tuner.")
 _CORES = typer.Option(None, help="Cores to share among the stages (default: all).")
-_LATENCY = typer.Option(0.0, help="Emulated remote-storage latency per batch read, ms.")
 
 
-@app.command("run")
-@one_line_errors
+@command(
+    app, "run", writes="summary.json", scopes_help=PIPELINE_HELP, flags=PIPELINE_FLAGS,
+)  # fmt: skip
 def run_cmd(
+    settings: Settings,
     data: Path = _DATA,
     alloc: str = typer.Option(
         "fused",
@@ -146,35 +147,17 @@ def run_cmd(
         "dealt round-robin), auto (tune a few seconds with plumber, then run) or an allocation "
         "TOML from `ingest tune`.",
     ),
-    batch_size: int = _BATCH,
     seconds: float = typer.Option(10.0, help="Seconds to measure (after a 1 s warm-up)."),
-    downsample_rate: float | None = _DOWNSAMPLE,
-    shuffle_window: int = _WINDOW,
-    queue_batches: int = _QUEUE,
-    memory_budget_gib: float = _MEMORY,
-    seed: int = _SEED,
     cores: int | None = _CORES,
-    read_latency_ms: float = _LATENCY,
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    out_dir: Path | None = typer.Option(None, "--out", help="Directory for summary.json."),
 ) -> None:
     """Run the live pipeline and report throughput, per-stage metrics, hand-off and consumer
     CPU."""
     from recperf.ingest import api
 
-    cfg = _pipeline_config(
-        batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed,
-        read_latency_ms,
-    )  # fmt: skip
+    cfg = from_mapping(PipelineConfig, settings.resolve(["pipeline"])["pipeline"], "pipeline")
     with progress_bar(f"running the pipeline for {seconds:g} s") as bar:
         out = api.run(data, alloc, cfg, seconds, cores=cores, progress=bar)
-    if out_dir is not None:
-        from recperf.core.results import write_json
-
-        out_dir.mkdir(parents=True, exist_ok=True)
-        write_json(out_dir / "summary.json", out)
-    if json_out:
-        typer.echo(dumps_json(out), nl=False)
+    settings.emit(out)
     table = Table(
         title=f"{out['throughput_rows_per_s']:,.0f} rows/s over {out['seconds']:.1f} s; "
         f"{out['allocation']['label']}"
@@ -199,33 +182,28 @@ def _us(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-@app.command("tune")
-@one_line_errors
+@command(
+    app, "tune", writes="allocation.toml, calibrated.toml, summary.json", out="required",
+    flags=PIPELINE_FLAGS,
+    scopes_help=f"{PIPELINE_HELP}, or the tuner's name, e.g. intune",
+)  # fmt: skip
 def tune_cmd(
+    settings: Settings,
     data: Path = _DATA,
     tuner: str = typer.Option("intune", help="static, autotune, plumber, intune, oracle, or M:A."),
     budget_s: float = typer.Option(60.0, help="Seconds of live tuning."),
-    out: Path = typer.Option(..., help="Directory for allocation.toml, summary.json, ..."),
-    batch_size: int = _BATCH,
-    downsample_rate: float | None = _DOWNSAMPLE,
-    shuffle_window: int = _WINDOW,
-    queue_batches: int = _QUEUE,
-    memory_budget_gib: float = _MEMORY,
-    seed: int = _SEED,
     cores: int | None = _CORES,
-    read_latency_ms: float = _LATENCY,
     warmup_s: float = typer.Option(2.0, help="Seconds of running before tuning starts."),
     final_s: float = typer.Option(4.0, help="Seconds measuring the chosen allocation."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Tune the live pipeline's cuts and workers; write the allocation `run --alloc` reads."""
     from recperf.ingest import api
     from recperf.ingest.base import Measurement
 
-    cfg = _pipeline_config(
-        batch_size, downsample_rate, shuffle_window, queue_batches, memory_budget_gib, seed,
-        read_latency_ms,
-    )  # fmt: skip
+    opts = settings.resolve(["pipeline", tuner], {"tuner": tuner})
+    cfg = from_mapping(PipelineConfig, opts["pipeline"], "pipeline")
+    out = settings.out
+    assert out is not None
 
     def show(m: Measurement) -> None:
         err_console.print(
@@ -234,11 +212,10 @@ def tune_cmd(
         )
 
     summary = api.tune(
-        data, tuner, budget_s, cfg, out, seed=seed, cores=cores, warmup_s=warmup_s,
-        final_s=final_s, on_measure=show,
+        data, tuner, budget_s, cfg, out, seed=cfg.seed, cores=cores, warmup_s=warmup_s,
+        final_s=final_s, options=opts[tuner], on_measure=show,
     )  # fmt: skip
-    if json_out:
-        typer.echo(dumps_json(summary), nl=False)
+    settings.emit(summary, name=None)  # api.tune wrote summary.json
     err_console.print(
         f"{tuner}: {summary['allocation']['label']} -> "
         f"{summary['throughput_rows_per_s']:,.0f} rows/s = "

@@ -8,7 +8,8 @@ import typer
 
 from recperf import __version__
 from recperf.cli import cluster, embed, ingest, stalls
-from recperf.cli.common import err_console, one_line_errors
+from recperf.cli.common import err_console
+from recperf.cli.options import Settings, check_out_dir, command
 from recperf.core.progress import progress_bar
 
 app = typer.Typer(
@@ -22,17 +23,21 @@ app.add_typer(stalls.app, name="stalls")
 app.add_typer(embed.app, name="embed")
 
 
-@app.command("report")
-@one_line_errors
-def report_cmd(
-    out: Path = typer.Option(Path("out/report"), help="Directory for report.html and report.json."),
-) -> None:
+@command(
+    app, "report", writes="report.html and report.json (default out/report)",
+    json_help="Print report.json (every section's figures) to stdout.",
+)  # fmt: skip
+def report_cmd(settings: Settings) -> None:
     """Run every capability on its embedded default and write one self-contained HTML report."""
     from recperf.report import build_report
 
+    out = settings.out or Path("out/report")
+    check_out_dir(out)
     with progress_bar("building report") as bar:
         path = build_report(out, progress=bar)
-    err_console.print(f"report written to {path.resolve()}")
+    if settings.json:
+        typer.echo((out / "report.json").read_text(encoding="utf-8"), nl=False)
+    err_console.print(f"report written to {path.resolve()}", markup=False, highlight=False)
 
 
 @app.command("version")

@@ -10,9 +10,10 @@ from typing import Any
 import typer
 
 from recperf.cli.common import err_console, one_line_errors, print_table
+from recperf.cli.options import Flag, Settings, command
+from recperf.core.config import from_mapping
 from recperf.core.errors import ConfigError
 from recperf.core.progress import progress_bar
-from recperf.core.results import dumps_json, write_json
 
 app = typer.Typer(
     help="Distributed-training stalls: profile, communication model, cloud advisor.",
@@ -31,20 +32,6 @@ FIGURES = (
 )
 
 
-def _options(pairs: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--option {pair!r}: expected KEY=VALUE (VALUE as JSON or text)")
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            value = raw
-        out[key] = tuple(value) if isinstance(value, list) else value
-    return out
-
-
 def _summary_file(directory: Path) -> dict[str, Any]:
     path = directory / "summary.json" if directory.is_dir() else directory
     try:
@@ -54,54 +41,55 @@ def _summary_file(directory: Path) -> dict[str, Any]:
     return data
 
 
-@app.command("profile")
-@one_line_errors
+PROFILE_FLAGS = (
+    Flag("ranks", "profile", int | None, "Data-parallel ranks (default 2)"),
+    Flag("nodes", "profile", int | None,
+         "Emulated machines (network namespaces; needs root) (default 1)"),
+    Flag("bandwidth", "profile", str | None,
+         "Per-machine link bandwidth, e.g. 200mbit (default 1gbit)"),
+    Flag("iters", "profile", int | None, "Timed iterations per run (default 20)"),
+    Flag("warmup", "profile", int | None, "Untimed iterations per run (default 3)"),
+    Flag("batch_size", "profile", int | None, "Samples per rank per iteration (default 256)"),
+    Flag("seed", "profile", int | None, "Model and data seed (default 0)"),
+    Flag("threads", "profile", int | None, "torch threads per rank (default cores/ranks)"),
+    Flag("device", "profile", str | None, "cpu (gloo) or cuda (NCCL) (default cpu)"),
+    Flag("real_data", "profile", bool | None,
+         "Also run the warm- and cold-cache real-data runs (default on)",
+         ("--real-data/--no-real-data",)),
+    Flag("data_dir", "profile", Path | None, "Real data directory (default OUT/data)"),
+    Flag("delay_ms", "profile", float | None,
+         "Inject a data stall: sleep per batch, ms (default 0)"),
+    Flag("torch_trace_iters", "profile", int | None,
+         "Also capture this many timed iterations per run with torch.profiler (default 0)"),
+)  # fmt: skip
+
+
+@command(
+    app, "profile", writes="summary.json and runs/", out="required", flags=PROFILE_FLAGS,
+    scopes_help="profile (ProfileConfig), or the workload's name, e.g. dlrm, mlp",
+)  # fmt: skip
 def profile_cmd(
+    settings: Settings,
     workload: str = typer.Option("dlrm", help="dlrm, mlp, convnet or package.module:attr."),
-    ranks: int = typer.Option(2, help="Data-parallel ranks."),
-    nodes: int = typer.Option(1, help="Emulated machines (network namespaces; needs root)."),
-    bandwidth: str = typer.Option("1gbit", help="Per-machine link bandwidth, e.g. 200mbit."),
-    iters: int = typer.Option(20, help="Timed iterations per run."),
-    warmup: int = typer.Option(3, help="Untimed iterations per run."),
-    batch_size: int = typer.Option(256, help="Samples per rank per iteration."),
-    seed: int = typer.Option(0, help="Model and data seed."),
-    threads: int | None = typer.Option(None, help="torch threads per rank (default cores/ranks)."),
-    device: str = typer.Option("cpu", help="cpu (gloo) or cuda (NCCL)."),
-    real_data: bool = typer.Option(True, help="Also run the warm- and cold-cache real-data runs."),
-    data_dir: Path | None = typer.Option(None, help="Real data directory (default OUT/data)."),
-    delay_ms: float = typer.Option(0.0, help="Inject a data stall: sleep per batch, ms."),
-    torch_trace_iters: int = typer.Option(
-        0, help="Also capture this many timed iterations per run with torch.profiler."
+    option: list[str] = typer.Option(
+        [], help="KEY=VALUE: alias of --set WORKLOAD.KEY=VALUE (repeatable)."
     ),
-    option: list[str] = typer.Option([], help="Workload option KEY=VALUE (repeatable)."),
-    out: Path = typer.Option(..., help="Directory for summary.json and runs/."),
-    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Split training time into compute and stalls by differential runs, cross-checked by
     direct instrumentation (data wait, DDP all-reduce hook)."""
+    from recperf.stalls.base import WORKLOADS
     from recperf.stalls.profile import ProfileConfig, profile
 
-    config = ProfileConfig(
-        workload=workload,
-        workload_options=_options(option),
-        ranks=ranks,
-        nodes=nodes,
-        bandwidth=bandwidth,
-        iters=iters,
-        warmup=warmup,
-        batch_size=batch_size,
-        seed=seed,
-        threads=threads,
-        device=device,  # type: ignore[arg-type]
-        real_data=real_data,
-        data_dir=data_dir,
-        delay_ms=delay_ms,
-        torch_trace_iters=torch_trace_iters,
-    )
-    with progress_bar(f"profiling {workload} on {ranks} rank(s)") as bar:
+    settings = settings.with_sets(f"{workload}.{pair}" for pair in option)
+    opts = settings.resolve(["profile", workload])
+    WORKLOADS.config(workload, opts[workload])  # a bad option fails before any run
+    fields = {**opts["profile"], "workload": workload, "workload_options": opts[workload]}
+    config = from_mapping(ProfileConfig, fields, "profile")
+    out = settings.out
+    assert out is not None
+    with progress_bar(f"profiling {workload} on {config.ranks} rank(s)") as bar:
         summary = profile(config, out, progress=lambda f, _msg: bar(f))
-    if json_out:
-        typer.echo(dumps_json(summary), nl=False)
+    settings.emit(summary, name=None)  # profile wrote summary.json
     _print_profile(summary)
     err_console.print(f"summary written to {out / 'summary.json'}")
 
@@ -128,11 +116,12 @@ def _print_profile(s: dict[str, Any]) -> None:
         err_console.print(f"[yellow]skipped {run}:[/] {why}", highlight=False)
 
 
-@app.command("analyze")
-@one_line_errors
+@command(
+    app, "analyze", writes="analysis.json"
+)  # fmt: skip
 def analyze_cmd(
+    settings: Settings,
     run: Path = typer.Option(..., help="A run directory: spec.json and rank*.json traces."),
-    json_out: bool = typer.Option(False, "--json", help="Print the figures as JSON."),
 ) -> None:
     """Direct breakdown of one run's traces (e.g. a run launched with torchrun:
     torchrun --nproc-per-node N -m recperf.stalls.rank RUN/spec.json)."""
@@ -148,8 +137,7 @@ def analyze_cmd(
     if len(traces) != spec.ranks:
         raise ConfigError(f"{run}: {len(traces)} of {spec.ranks} rank traces present")
     stats = analysis.stats_json(analysis.run_stats(spec, traces))
-    if json_out:
-        typer.echo(dumps_json(stats), nl=False)
+    settings.emit(stats, "analysis.json")
     print_table(
         f"run {spec.name}",
         [stats],
@@ -164,12 +152,12 @@ def analyze_cmd(
     )
 
 
-@app.command("fit")
-@one_line_errors
+@command(
+    app, "fit", writes="the model JSON", out="required", out_is_dir=False,
+)  # fmt: skip
 def fit_cmd(
+    settings: Settings,
     profiles: list[Path] = typer.Option(..., help="Profile directories (repeatable)."),
-    out: Path = typer.Option(..., help="Where to write the model JSON."),
-    json_out: bool = typer.Option(False, "--json", help="Print the model as JSON."),
 ) -> None:
     """Fit the alpha-beta all-reduce model to the profiles' all-reduce measurements."""
     from recperf.stalls.commmodel import CommSample, fit
@@ -178,9 +166,10 @@ def fit_cmd(
         CommSample(**row) for p in profiles for row in _summary_file(p).get("comm_samples", [])
     ]
     model = fit(samples)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out = settings.out
+    assert out is not None
     model.save(out)
-    if json_out:
+    if settings.json:
         typer.echo(out.read_text(), nl=False)
     err_console.print(
         f"fitted {model.samples} samples, relative RMSE {model.rel_rmse:.1%}; "
@@ -188,9 +177,11 @@ def fit_cmd(
     )
 
 
-@app.command("predict")
-@one_line_errors
+@command(
+    app, "predict", writes="prediction.json"
+)  # fmt: skip
 def predict_cmd(
+    settings: Settings,
     model: Path = typer.Option(..., help="A model JSON from `recperf stalls fit`."),
     grad_bytes: float = typer.Option(..., help="Gradient bytes all-reduced per iteration."),
     layers: int = typer.Option(..., help="All-reduce buckets (layers) per iteration."),
@@ -200,7 +191,6 @@ def predict_cmd(
         None, help="Machines (default: ranks with --bandwidth, else 1)."
     ),
     backward_s: float | None = typer.Option(None, help="Backward time, for the exposed stall."),
-    json_out: bool = typer.Option(False, "--json", help="Print the prediction as JSON."),
 ) -> None:
     """Predict all-reduce time (and exposed stall) per iteration from the model's shape."""
     from recperf.stalls.commmodel import CommModel, exposed_stall_s
@@ -220,15 +210,17 @@ def predict_cmd(
     }
     if backward_s is not None:
         result["exposed_stall_s"] = exposed_stall_s(comm, backward_s, layers)
-    if json_out:
-        typer.echo(dumps_json(result), nl=False)
+    settings.emit(result, "prediction.json")
+    if settings.json:
         return
     err_console.print(", ".join(f"{k} = {v}" for k, v in result.items()), highlight=False)
 
 
-@app.command("advise")
-@one_line_errors
+@command(
+    app, "advise", writes="advice.json and pareto.html (default: the profile's)",
+)  # fmt: skip
 def advise_cmd(
+    settings: Settings,
     profile: Path = typer.Option(..., help="A profile directory (or its summary.json)."),
     budget_h: float = typer.Option(..., help="Time budget for all epochs, hours."),
     catalog: Path | None = typer.Option(None, help="Instance CSV (default: bundled AWS)."),
@@ -241,10 +233,6 @@ def advise_cmd(
     max_instances: int = typer.Option(16, help="Try 1..this many instances of each type."),
     efficiency: float = typer.Option(0.4, help="Fraction of datasheet peak FLOPs achieved."),
     precision: str = typer.Option("fp32", help="fp32 or fp16 (tensor cores)."),
-    out: Path | None = typer.Option(
-        None, help="Directory for advice.json and pareto.html (default: the profile's)."
-    ),
-    json_out: bool = typer.Option(False, "--json", help="Print the advice as JSON."),
 ) -> None:
     """Predict time and cost of every instance type and count; recommend the cheapest that
     meets the budget and plot the time-cost Pareto frontier."""
@@ -271,13 +259,10 @@ def advise_cmd(
         gpu_models=load_gpu_models(gpus),
         model=CommModel.load(model) if model else None,
     )
-    out_dir = out or (profile if profile.is_dir() else profile.parent)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = settings.out or (profile if profile.is_dir() else profile.parent)
     data = advice.to_json()
-    write_json(out_dir / "advice.json", data)
     write_pareto_html(advice, out_dir / "pareto.html")
-    if json_out:
-        typer.echo(dumps_json(data), nl=False)
+    settings.replace_out(out_dir).emit(data, "advice.json")
     print_table("time-cost Pareto frontier", data["pareto"], PARETO_COLUMNS)
     rec = data["recommendation"]
     if rec is None:

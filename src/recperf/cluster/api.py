@@ -10,8 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from recperf.cluster import placement as _placement  # noqa: F401  (registers the policies)
-from recperf.cluster import schedulers as _schedulers  # noqa: F401
 from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS, Scheduler, TraceLoader
 from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
@@ -20,7 +18,7 @@ from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster, load_cluster
 from recperf.cluster.traces import BUNDLED, bundled_path
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
-from recperf.core.config import check_range, from_mapping
+from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.core.progress import ProgressFn
 from recperf.core.results import write_json, write_parquet
@@ -82,18 +80,12 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
             raise ConfigError(f"--format synthetic generates jobs; it reads no file ({path})")
     if fmt == "synthetic":
         return SyntheticTrace(spec.synthetic), None
-    return TRACE_LOADERS.create(fmt), path
+    return TRACE_LOADERS.build(fmt), path
 
 
 def build_scheduler(name: str, options: Mapping[str, Any] | None = None) -> Scheduler:
-    """Instantiate a scheduler, building its Config from ``options`` if it has any."""
-    factory: Callable[..., Scheduler] = SCHEDULERS.factory(name)
-    if not options:
-        return factory()
-    config_cls = getattr(factory, "Config", None)
-    if config_cls is None:
-        raise ConfigError(f"scheduler {name!r} takes no options (got {', '.join(options)})")
-    return factory(from_mapping(config_cls, options, source=f"scheduler {name!r} options"))
+    """Build a scheduler, validating ``options`` against its Config."""
+    return SCHEDULERS.build(name, options)
 
 
 def load_jobs(spec: RunSpec) -> tuple[JobTable, Cluster]:
@@ -123,7 +115,7 @@ def simulate(
         jobs,
         cluster,
         build_scheduler(spec.scheduler, spec.scheduler_options),
-        PLACEMENTS.create(spec.placement),
+        PLACEMENTS.build(spec.placement),
         spec.engine,
         seed=spec.seed,
     )

@@ -211,6 +211,6 @@ class BundledTrace:
     description: str = ""
 
 
-SCHEDULERS: Registry[Scheduler] = Registry("scheduler")
-PLACEMENTS: Registry[PlacementPolicy] = Registry("placement policy")
-TRACE_LOADERS: Registry[TraceLoader] = Registry("trace format")
+SCHEDULERS: Registry[Scheduler] = Registry("scheduler", "recperf.cluster.schedulers")
+PLACEMENTS: Registry[PlacementPolicy] = Registry("placement policy", "recperf.cluster.placement")
+TRACE_LOADERS: Registry[TraceLoader] = Registry("trace format", "recperf.cluster.traces")

@@ -2,7 +2,10 @@
 
 Each decision point runs the Blox loop: accept arrivals -> schedule -> place -> run. A running
 job progresses at 1 / (compute + all-reduce over its placement's widest link); jobs crossing
-a rack uplink share it, so their rates are recomputed whenever that set changes.
+a rack uplink share it, so their rates are recomputed whenever that set changes. The loop, the
+job state arrays it mutates and the preemption it applies stay in one class (about 450 lines)
+because splitting them would pass those arrays between files on every event; the event queue and
+locality-wait bookkeeping live in ``bookkeeping``.
 """
 
 from __future__ import annotations

@@ -87,13 +87,17 @@ class Registry(Generic[T]):
             cfg = config if config is not None else config_of(factory)
             bad = sorted(set(space or {}) - _field_names(cfg))
             if bad:
-                raise RegistryError(
-                    f"{self.kind} {name!r}: tunable {bad[0]!r} is no Config field"
-                )
+                raise RegistryError(f"{self.kind} {name!r}: tunable {bad[0]!r} is no Config field")
             self._entries[name] = Entry(name, factory, cfg, dict(space or {}))
             return factory
 
         return deco
+
+    def unregister(self, name: str) -> None:
+        """Forget ``name`` (a test's throw-away plug-in, or one re-registered after a reload)."""
+        self._load()
+        if self._entries.pop(name, None) is None:
+            raise RegistryError(f"{self.kind} {name!r} is not registered")
 
     def _load(self) -> None:
         if not self._loaded:

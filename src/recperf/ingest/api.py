@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import recperf.ingest.tuners  # noqa: F401 - registers every tuner
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
 from recperf.ingest.base import Allocation, Measurement
@@ -68,7 +67,7 @@ def auto_allocation(
     pipeline of its own; its choice."""
     if not tune_s > 0:
         raise ConfigError(f"tune_s = {tune_s!r}: expected > 0")
-    impl = TUNERS.create(tuner)
+    impl = TUNERS.build(tuner)
     with Pipeline(data, _repeating(config), cores=cores) as p:
         target = LiveTarget(p, settle_s=0.3, warmup_s=1.0)
         return check_tuner(impl, target, tune_s, config.seed).allocation
@@ -148,14 +147,16 @@ def tune(
     warmup_s: float = 2.0,
     final_s: float = 4.0,
     cores: int | None = None,
+    options: Mapping[str, Any] | None = None,
     on_measure: Callable[[Measurement], None] | None = None,
 ) -> dict[str, Any]:
-    """Tune the live pipeline's allocation with ``tuner`` within ``budget_s``, measure the
-    choice for ``final_s``, and write ``allocation.toml``, ``calibrated.toml`` (a simulator
-    spec from the measured stage costs) and ``summary.json`` under ``out``."""
+    """Tune the live pipeline's allocation with ``tuner`` (its Config built from ``options``)
+    within ``budget_s``, measure the choice for ``final_s``, and write ``allocation.toml``,
+    ``calibrated.toml`` (a simulator spec from the measured stage costs) and ``summary.json``
+    under ``out``."""
     if budget_s <= 0:
         raise ConfigError(f"budget_s = {budget_s}: expected > 0")
-    impl = TUNERS.create(tuner)
+    impl = TUNERS.build(tuner, options)
     cfg = _repeating(config)
     with Pipeline(data, cfg, cores=cores) as p:
         target = LiveTarget(p, settle_s=settle_s, warmup_s=warmup_s)
@@ -168,6 +169,7 @@ def tune(
         names = p.stage_names
         summary = {
             "tuner": tuner,
+            "tuner_options": dict(options or {}),
             "data": str(data),
             "seed": seed,
             "cores": p.cores,

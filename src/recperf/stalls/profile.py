@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 import torch
 
-import recperf.stalls.workloads  # noqa: F401 - registers the built-in workloads
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
@@ -36,7 +35,7 @@ class ProfileConfig:
     workload: str = "dlrm"
     """Registered workload or package.module:attr."""
     workload_options: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of the workload factory."""
+    """Fields of the workload's Config (values may be CLI strings; validated when built)."""
     ranks: int = 2
     """Data-parallel ranks (>= 1)."""
     nodes: int = 1
@@ -138,7 +137,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
             f"device = cuda: {config.ranks} ranks need as many GPUs; "
             f"this machine has {torch.cuda.device_count()}"
         )
-    workload: Workload = WORKLOADS.create(config.workload, **config.workload_options)
+    workload: Workload = WORKLOADS.build(config.workload, config.workload_options)
     model = workload.build(config.seed)
     gbytes = grad_bytes(model)
     sizes = tuple(sorted({1 << 16, 1 << 18, 1 << 20, 1 << 22, gbytes, 2 * gbytes}))

@@ -19,7 +19,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-import recperf.stalls.workloads  # noqa: F401 - registers the built-in workloads
 from recperf.stalls.base import WORKLOADS, DataSpec, Workload, grad_bytes
 from recperf.stalls.profiler import IterRecord, Profiler
 from recperf.stalls.spec import RunSpec
@@ -155,7 +154,7 @@ def run_rank(spec: RunSpec, out_dir: Path) -> Path:
     device = torch.device(f"cuda:{local}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
-    workload = WORKLOADS.create(spec.workload, **spec.workload_options)
+    workload = WORKLOADS.build(spec.workload, spec.workload_options)
     it = _batches(workload, spec, rank, world)  # before the process group: pipelines fork
     if world > 1:
         dist.init_process_group(

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 from recperf.cluster.base import BundledTrace
 from recperf.cluster.traces import helios, philly, synthetic, tiresias
+from recperf.cluster.traces.common import bundled
 
 BUNDLED: dict[str, BundledTrace] = {
     "philly": BundledTrace("philly", ("philly",), "Microsoft Philly, 15,264 jobs (Gavel format)"),
@@ -20,7 +20,7 @@ BUNDLED: dict[str, BundledTrace] = {
 def bundled_path(trace: BundledTrace) -> Path | None:
     if not trace.files:
         return None
-    return Path(str(resources.files("recperf") / "data" / "cluster" / trace.files[0]))
+    return bundled(trace.files[0])
 
 
 __all__ = ["BUNDLED", "bundled_path", "helios", "philly", "synthetic", "tiresias"]

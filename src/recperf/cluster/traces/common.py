@@ -1,11 +1,13 @@
-"""Field parsing shared by the trace loaders."""
+"""What the trace loaders share: reading the file (a given path or the bundled default) with one
+error naming it, and parsing numeric fields."""
 
 from __future__ import annotations
 
 import math
+from importlib import resources
 from pathlib import Path
 
-from recperf.core.errors import TraceFormatError
+from recperf.core.errors import RecperfError, TraceFormatError
 
 
 def number(path: Path, line: int | None, field: str, raw: object, *, positive: bool) -> float:
@@ -26,3 +28,19 @@ def integer(path: Path, line: int | None, field: str, raw: object) -> int:
     if value != int(value):
         raise TraceFormatError(path, line, field, f"must be a whole number, got {raw!r}")
     return int(value)
+
+
+def bundled(relative: str) -> Path:
+    """A file under ``recperf/data/cluster/``."""
+    return Path(str(resources.files("recperf") / "data" / "cluster" / relative))
+
+
+def read_trace(source: Path | None, default: str) -> tuple[Path, str]:
+    """The path read (``source``, or the bundled ``default``) and its text."""
+    path = source or bundled(default)
+    try:
+        return path, path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(path, None, None, f"not a text file ({exc.reason})") from None
+    except OSError as exc:
+        raise RecperfError(f"{path}: cannot read: {exc.strerror or exc}") from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import ClassVar
 
@@ -14,8 +13,8 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.models import grad_bytes_for, iter_s_for
 from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topology import Cluster
-from recperf.cluster.traces.common import integer, number
-from recperf.core.errors import RecperfError, TraceFormatError
+from recperf.cluster.traces.common import integer, number, read_trace
+from recperf.core.errors import TraceFormatError
 
 
 def _record_lines(text: str, count: int) -> list[int]:
@@ -48,14 +47,9 @@ class HeliosTrace:
     default_cluster: ClassVar[str] = "helios"
 
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
-        path = source or Path(
-            str(resources.files("recperf") / "data/cluster/helios/sense-500.json")
-        )
+        path, text = read_trace(source, "helios/sense-500.json")
         try:
-            text = path.read_text()
             records = json.loads(text)
-        except OSError as exc:
-            raise RecperfError(f"{path}: cannot read: {exc}") from None
         except json.JSONDecodeError as exc:
             raise TraceFormatError(path, exc.lineno, None, f"invalid JSON: {exc.msg}") from None
         if not isinstance(records, list):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -13,7 +12,7 @@ from recperf.cluster.base import TRACE_LOADERS
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.network import comm_s, solve_spread_bytes
 from recperf.cluster.topology import Cluster, Level
-from recperf.cluster.traces.common import integer, number
+from recperf.cluster.traces.common import bundled, integer, number, read_trace
 from recperf.core.errors import RecperfError, TraceFormatError
 
 FIELDS = (
@@ -25,10 +24,6 @@ FIELDS = (
     "arrival_time_s",
     "scale_factor",
 )
-
-
-def _bundled_dir() -> Path:
-    return Path(str(resources.files("recperf") / "data" / "cluster" / "philly"))
 
 
 def _parse_line(path: Path, lineno: int, line: str) -> tuple[str, float, float, int]:
@@ -102,13 +97,13 @@ class PhillyTrace:
         self.gpu_type = gpu_type
 
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
-        src = source or _bundled_dir()
+        src = source or bundled("philly")
         files = sorted(src.glob("*.trace")) if src.is_dir() else [src]
         if not files:
             raise RecperfError(f"{src}: no .trace files")
         tp_path = files[0].parent / "throughputs.json"
         tput = Throughputs(
-            tp_path if tp_path.exists() else _bundled_dir() / "throughputs.json", self.gpu_type
+            tp_path if tp_path.exists() else bundled("philly") / "throughputs.json", self.gpu_type
         )
         names: list[str] = []
         types: list[str] = []
@@ -119,10 +114,7 @@ class PhillyTrace:
         ratio: list[float] = []
         scale: list[int] = []
         for path in files:
-            try:
-                lines = path.read_text().splitlines()
-            except OSError as exc:
-                raise RecperfError(f"{path}: cannot read: {exc}") from None
+            lines = read_trace(path, "")[1].splitlines()
             for lineno, line in enumerate(lines, 1):
                 if not line.strip():
                     continue

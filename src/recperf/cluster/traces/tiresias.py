@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-from importlib import resources
 from pathlib import Path
 from typing import ClassVar
 
@@ -14,8 +13,8 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.models import grad_bytes_for
 from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topology import Cluster
-from recperf.cluster.traces.common import integer, number
-from recperf.core.errors import RecperfError, TraceFormatError
+from recperf.cluster.traces.common import integer, number, read_trace
+from recperf.core.errors import TraceFormatError
 
 REQUIRED = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration")
 
@@ -28,13 +27,7 @@ class TiresiasTrace:
     default_cluster: ClassVar[str] = "tiresias-n32g4"
 
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
-        path = source or Path(
-            str(resources.files("recperf") / "data/cluster/tiresias/trace-480.csv")
-        )
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise RecperfError(f"{path}: cannot read: {exc}") from None
+        path, text = read_trace(source, "tiresias/trace-480.csv")
         reader = csv.DictReader(text.splitlines())
         missing = [f for f in REQUIRED if f not in (reader.fieldnames or [])]
         if missing:

@@ -3,6 +3,8 @@ table-batched kernels, and the hot-row / L2-pinning variants. ``KERNELS`` import
 first time it is asked for a name, which registers them all (the Triton ones only where triton is
 installed)."""
 
+import importlib
+
 from recperf.embed.kernels import reference, torch_hot
 from recperf.embed.kernels.base import (
     KERNELS,
@@ -14,11 +16,12 @@ from recperf.embed.kernels.base import (
     make_lookup,
 )
 
-try:
-    from recperf.embed.kernels import hotrows, triton_tbe  # noqa: F401  (registers them)
-except ModuleNotFoundError as exc:  # triton is optional: then only the torch kernels register
-    if exc.name != "triton":
-        raise
+for _module in ("triton_tbe", "hotrows"):  # the kernels that need triton, which is optional
+    try:
+        importlib.import_module(f"{__name__}.{_module}")
+    except ModuleNotFoundError as exc:  # then only the torch kernels register
+        if exc.name != "triton":
+            raise
 
 __all__ = [
     "KERNELS",
