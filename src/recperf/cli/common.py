@@ -10,6 +10,7 @@ from typing import Any, ParamSpec, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from recperf.core.errors import RecperfError
 
@@ -28,7 +29,9 @@ def one_line_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except RecperfError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+            # the message is data, not markup: brackets and emoji codes print as they are
+            line = Text.assemble(("error:", "bold red"), " ", str(exc))
+            err_console.print(line, highlight=False, soft_wrap=True, emoji=False)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -52,5 +55,5 @@ def print_table(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence
     for col in columns:
         table.add_column(col, justify="left" if col in LEFT_COLUMNS else "right")
     for row in rows:
-        table.add_row(*(fmt(row.get(col, "")) for col in columns))
+        table.add_row(*(Text(fmt(row.get(col, ""))) for col in columns))
     (err_console if not sys.stdout.isatty() else console).print(table)

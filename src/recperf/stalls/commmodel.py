@@ -22,6 +22,7 @@ import numpy as np
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
+from recperf.core.results import write_text
 
 L1_FLOOR = 0.01
 """Relative residual below which a sample's reweighting stops growing (keeps IRLS stable)."""
@@ -110,7 +111,8 @@ class CommModel:
         return float(x @ self.vector())
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
+        """Write the model as JSON, atomically (a temporary name renamed at the end)."""
+        write_text(path, json.dumps(asdict(self), indent=1, sort_keys=True) + "\n")
 
     @staticmethod
     def load(path: Path) -> CommModel:
