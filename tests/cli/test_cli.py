@@ -50,6 +50,15 @@ def test_simulate_writes_summary_and_jobs(tmp_path: Path) -> None:
     assert (tmp_path / "utilization.parquet").exists()
 
 
+def test_tables_go_to_stdout_unless_it_carries_json(tmp_path: Path) -> None:
+    base = ["cluster", "simulate", "--trace", "tiresias-60", "--scheduler", "fifo"]
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "a")])
+    title = "tiresias-60 on tiresias-n32g4"
+    assert res.exit_code == 0 and title in res.stdout and title not in res.stderr  # the table
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "b"), "--json"])
+    assert json.loads(res.stdout)["jobs_finished"] == 60 and title in res.stderr
+
+
 def test_same_seed_gives_identical_summary_bytes(tmp_path: Path) -> None:
     args = [
         "cluster", "simulate", "--trace", "synthetic", "--jobs", "300", "--load", "0.9",

@@ -49,11 +49,20 @@ LEFT_COLUMNS = ("scheduler", "trace", "name", "variant", "result", "instance", "
 """Text columns, aligned left; the rest are numbers."""
 
 
+class _Stdout:
+    """Who owns stdout in this invocation: the result tables, or (with --json) the document."""
+
+    json = False
+
+
+STDOUT = _Stdout()
+
+
 def print_table(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
-    """A rich table with one row per mapping (to stderr when stdout carries JSON)."""
+    """A rich table with one row per mapping, on stdout (on stderr when stdout carries JSON)."""
     table = Table(title=title)
     for col in columns:
         table.add_column(col, justify="left" if col in LEFT_COLUMNS else "right")
     for row in rows:
         table.add_row(*(Text(fmt(row.get(col, ""))) for col in columns))
-    (err_console if not sys.stdout.isatty() else console).print(table)
+    (err_console if STDOUT.json else console).print(table)

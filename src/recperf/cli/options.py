@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import typer
 
-from recperf.cli.common import one_line_errors
+from recperf.cli.common import STDOUT, one_line_errors
 from recperf.core.config import load_toml, parse_sets
 from recperf.core.errors import ConfigError
 from recperf.core.results import dumps_json, write_json
@@ -247,6 +247,7 @@ def _settings(kwargs: dict[str, Any], flags: Sequence[Flag], out_is_dir: bool) -
     given = {(f.scope, f.key): v for f in flags if (v := kwargs.pop(f.param)) is not None}
     if out is not None:
         check_out_dir(out if out_is_dir else out.parent)
+    STDOUT.json = bool(kwargs.get("json_out"))
     return Settings(
         config=config,
         tables=load_toml(config) if config is not None else {},

@@ -28,6 +28,12 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: no such file") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{p}: invalid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, not a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:

@@ -1,0 +1,340 @@
+"""A fuzzer over the whole CLI: for every command, hypothesis puts a bad value into one option
+(NaN, infinities, negatives, zero, huge numbers, wrong types, empty strings, odd paths with
+brackets, spaces and non-ASCII) or feeds a corrupted copy of a bundled input, and every run must
+exit 0 or 2, print no traceback and at most one error line, and leave nothing behind: no new
+file outside --out, no new shared-memory file and no child process. Budgets are tiny so it fits
+the suite's time; the count of inputs tried is printed (``-s``) and recorded in RESULTS.md."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from recperf.cli.main import app
+from recperf.ingest.live.items import SHM_DIR
+
+runner = CliRunner()
+TRIED: dict[str, int] = {}
+"""Runs per command, for the summary line."""
+
+BAD_VALUES = [
+    "nan", "NaN", "inf", "-inf", "-1", "0", "-0.5", "1e308", "1e23", "99999999999999999999",
+    "abc", "", " ", "[x]", "[/]", "[bold]x[/bold]", ":100:", "1,,2", "0-", "ü", "x=1", "a.b=c",
+]  # fmt: skip
+ODD_NAMES = ["has space", "br[ack]et", "[/]", "ünï", "-dash", "a" * 200]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One command, the arguments that make it cheap and valid, and options not to fuzz."""
+
+    path: tuple[str, ...]
+    base: tuple[str, ...]
+    skip: frozenset[str] = frozenset()
+    examples: int = 12
+
+
+def _cases(data: Path, prof: Path, model: Path) -> list[Case]:
+    tiny_mlp = ("--set", "mlp.features=8", "--set", "mlp.hidden=4")
+    return [
+        Case(
+            ("cluster", "simulate"), ("--trace", "tiresias-60", "--scheduler", "fifo"), examples=20
+        ),
+        Case(("cluster", "compare"), ("--trace", "tiresias-60", "--schedulers", "fifo,sjf")),
+        Case(
+            ("cluster", "sweep"),
+            ("--traces", "tiresias-60", "--schedulers", "fifo", "--backend", "serial"),
+            skip=frozenset({"--address", "--workers"}),
+        ),
+        Case(("ingest", "generate"), ("--rows", "2000"), examples=15),
+        Case(
+            ("ingest", "simulate"), ("--spec", "criteo-16", "--tuner", "static", "--budget-s", "3")
+        ),
+        Case(("ingest", "run"), ("--data", str(data), "--seconds", "0.3"), examples=6),
+        Case(
+            ("ingest", "tune"),
+            (
+                "--data",
+                str(data),
+                "--tuner",
+                "static",
+                "--budget-s",
+                "1",
+                "--warmup-s",
+                "0.2",
+                "--final-s",
+                "0.3",
+            ),
+            examples=4,
+        ),
+        Case(("ingest", "pretrain"), ("--episodes", "1"), examples=4),
+        Case(
+            ("stalls", "profile"),
+            (
+                "--workload",
+                "mlp",
+                "--ranks",
+                "1",
+                "--iters",
+                "1",
+                "--warmup",
+                "0",
+                "--no-real-data",
+                "--batch-size",
+                "4",
+                *tiny_mlp,
+            ),
+            skip=frozenset({"--nodes", "--device"}),
+            examples=4,
+        ),
+        Case(("stalls", "analyze"), ("--run", str(prof / "runs" / "compute"))),
+        Case(("stalls", "fit"), ("--profiles", str(prof))),
+        Case(
+            ("stalls", "predict"),
+            ("--model", str(model), "--grad-bytes", "1e6", "--layers", "2", "--ranks", "2"),
+            examples=20,
+        ),
+        Case(("stalls", "advise"), ("--profile", str(prof), "--budget-h", "2"), examples=15),
+        Case(
+            ("embed", "stats"),
+            ("--trace", "uniform", "--rows", "1000", "--batch-lookups", "100", "--top-k", "10"),
+            examples=15,
+        ),
+        Case(("embed", "check"), ("--variants", "torch", "--device", "cpu")),
+        Case(
+            ("embed", "bench"),
+            (
+                "--config",
+                "small",
+                "--variants",
+                "torch",
+                "--batch-size",
+                "16",
+                "--reps",
+                "1",
+                "--trace",
+                "uniform",
+            ),
+            examples=8,
+        ),
+        Case(
+            ("embed", "compile"),
+            ("--block-n", "16", "--num-warps", "4", "--bags", "1", "--prefetch", "0"),
+            examples=4,
+        ),
+    ]
+
+
+def _options(path: tuple[str, ...]) -> list[Any]:
+    """The command's options (typer's own click objects: read by duck typing)."""
+    cmd: Any = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return [p for p in cmd.params if p.param_type_name == "option" and "--help" not in p.opts]
+
+
+def _children() -> set[int]:
+    """Processes whose parent is this one."""
+    me, kids = os.getpid(), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            kids.add(int(stat.parent.name))
+    return kids
+
+
+def _files(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*")} if root.exists() else set()
+
+
+def _shm() -> set[str]:
+    return {p.name for p in SHM_DIR.iterdir()}
+
+
+def _run(args: list[str], cwd: Path, out: Path | None) -> None:
+    """One fuzzed invocation and every check on it."""
+    before_files, before_shm, before_kids = _files(cwd), _shm(), _children()
+    res = runner.invoke(app, args)
+    text = res.stdout + res.stderr
+    where = f"recperf {' '.join(args)}"
+    assert res.exit_code in (0, 2), (
+        f"{where}: exit {res.exit_code}: {text[-800:]} {res.exception!r}"
+    )
+    if res.exit_code == 2:
+        assert res.exception is None or isinstance(res.exception, SystemExit), where
+    assert "Traceback" not in text, f"{where}: {text[-800:]}"
+    errors = [line for line in text.splitlines() if line.startswith("error")]
+    assert len(errors) <= 1, f"{where}: {errors}"
+    if res.exit_code == 2:  # click's own usage errors print a box; ours one line
+        assert errors or "Usage:" in text, f"{where}: exit 2 without a message: {text[-400:]}"
+    new = {p for p in _files(cwd) - before_files if out is None or out not in (p, *p.parents)}
+    assert not new, f"{where}: left {sorted(map(str, new))[:5]}"
+    deadline = time.monotonic() + 10
+    while (_shm() - before_shm or _children() - before_kids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _shm() - before_shm, f"{where}: left /dev/shm {sorted(_shm() - before_shm)[:5]}"
+    assert not _children() - before_kids, f"{where}: left child processes"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path, Path]]:
+    root = tmp_path_factory.mktemp("fuzz-inputs")
+    data = root / "data"
+    for args in (
+        ["--rows", "20000", "--out", str(data)],
+        ["--rows", "2000", "--format", "tsv", "--gzip", "--out", str(root / "tsv")],
+    ):
+        assert runner.invoke(app, ["ingest", "generate", *args]).exit_code == 0
+    prof = root / "prof"
+    res = runner.invoke(
+        app,
+        ["stalls", "profile", "--workload", "mlp", "--ranks", "1", "--iters", "2", "--warmup", "0",
+         "--no-real-data", "--batch-size", "4", "--set", "mlp.features=8", "--set",
+         "mlp.hidden=4", "--out", str(prof)],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    model = root / "model.json"
+    model.write_text(
+        '{"alpha_s": 1e-4, "bucket_s": 1e-5, "beta_intra_s_per_byte": 1e-10, '
+        '"net_efficiency": 0.8, "beta_net_s_per_byte": 1e-8, "samples": 3}'
+    )
+    yield data, prof, model
+    total = sum(TRIED.values())
+    print(f"\ncli fuzzer: {total} bad inputs over {len(TRIED)} commands and inputs: {TRIED}")
+
+
+def _case_ids() -> list[str]:
+    return [" ".join(c.path) for c in _cases(Path("d"), Path("p"), Path("m"))]
+
+
+@pytest.mark.parametrize("index", range(len(_case_ids())), ids=_case_ids())
+def test_a_bad_option_value_is_one_line_or_accepted(
+    index: int, inputs: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    case = _cases(*inputs)[index]
+    options = [o for o in _options(case.path) if not set(o.opts) & case.skip]
+    monkeypatch.chdir(tmp_path)
+    counter = iter(range(10**6))
+
+    @settings(
+        max_examples=case.examples, deadline=None, derandomize=True, database=None,
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+    @given(st.data())
+    def fuzz(data: st.DataObject) -> None:
+        work = tmp_path / f"run{next(counter)}"
+        work.mkdir()
+        out = work / data.draw(st.sampled_from(["out", *ODD_NAMES]), label="out name")
+        option = data.draw(st.sampled_from(options), label="option")
+        flag = data.draw(st.sampled_from([o for o in option.opts if o.startswith("--")]))
+        if option.is_flag:
+            args = [*case.base, flag]
+        else:
+            value = data.draw(
+                st.sampled_from([*BAD_VALUES, str(work), str(work / ODD_NAMES[1] / "x")]),
+                label="value",
+            )
+            args = [*case.base, flag, value]
+        if any(o.name == "out_path" for o in _options(case.path)) and flag != "--out":
+            args += ["--out", str(out / "w.pt" if case.path[-1] in ("pretrain", "fit") else out)]
+        TRIED[" ".join(case.path)] = TRIED.get(" ".join(case.path), 0) + 1
+        if flag == "--out":  # whatever the value names is where results may go
+            out = tmp_path / args[-1] if args[-1].strip() else tmp_path
+        _run(args, tmp_path, out)
+        shutil.rmtree(work, ignore_errors=True)
+
+    fuzz()
+
+
+CORRUPTIBLE = {
+    "tiresias": ("cluster/tiresias/trace-60.csv", ("cluster", "simulate", "--format", "tiresias",
+                 "--scheduler", "fifo", "--trace")),
+    "helios": ("cluster/helios/sense-500.json", ("cluster", "simulate", "--format", "helios",
+               "--scheduler", "fifo", "--trace")),
+    "philly": ("cluster/philly/23dbec.trace", ("cluster", "simulate", "--format", "philly",
+               "--scheduler", "fifo", "--trace")),
+    "spec": ("ingest/criteo-16.toml", ("ingest", "simulate", "--tuner", "static", "--budget-s",
+             "2", "--spec")),
+    "catalog": ("cloud/aws-gpu-instances.csv", ("stalls", "advise", "--budget-h", "2",
+                "--catalog")),
+    "gpus": ("cloud/gpu-models.csv", ("stalls", "advise", "--budget-h", "2", "--gpus")),
+    "embed-trace": ("embedding/reuse-medium-500k.txt", ("embed", "stats", "--batch-lookups",
+                    "100", "--top-k", "10", "--trace")),
+    "parquet": ("data/part-00000.parquet", ("ingest", "run", "--seconds", "0.3", "--data")),
+    "tsv-gz": ("tsv/part-00000.tsv.gz", ("ingest", "run", "--seconds", "0.3", "--data")),
+}  # fmt: skip
+"""Input kind -> (bundled file, or one the fixture generated; the command that reads it)."""
+
+
+def _source(relative: str, root: Path) -> bytes:
+    """The file's bytes: generated inputs under ``root``, else bundled (the embedding trace cut
+    to its first 5,000 ids, so a run stays short)."""
+    from importlib import resources
+
+    if relative.startswith(("data/", "tsv/")):
+        return (root / relative).read_bytes()
+    raw = (resources.files("recperf") / "data" / relative).read_bytes()
+    return b"\n".join(raw.split(b"\n")[:5000]) if relative.startswith("embedding/") else raw
+
+
+def _corrupt(raw: bytes, data: st.DataObject) -> bytes:
+    kind = data.draw(st.sampled_from(["truncate", "flip", "drop-line", "garble-field", "binary"]))
+    if kind == "truncate":
+        return raw[: data.draw(st.integers(0, max(len(raw) - 1, 0)))]
+    if kind == "flip":
+        i = data.draw(st.integers(0, len(raw) - 1))
+        return raw[:i] + bytes([raw[i] ^ data.draw(st.integers(1, 255))]) + raw[i + 1 :]
+    lines = raw.split(b"\n")
+    i = data.draw(st.integers(0, len(lines) - 1))
+    if kind == "drop-line":
+        return b"\n".join(lines[:i] + lines[i + 1 :])
+    if kind == "binary":
+        return bytes(range(256)) * 4
+    sep = b"," if b"," in lines[i] else b" "
+    parts = lines[i].split(sep)
+    j = data.draw(st.integers(0, len(parts) - 1))
+    parts[j] = data.draw(st.sampled_from([b"nan", b"-1", b"1e308", b"", b"x\xff", b"[/]"]))
+    lines[i] = sep.join(parts)
+    return b"\n".join(lines)
+
+
+@pytest.mark.parametrize("kind", sorted(CORRUPTIBLE))
+def test_a_corrupted_bundled_input_is_one_line_or_accepted(
+    kind: str, inputs: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    relative, args = CORRUPTIBLE[kind]
+    data_dir, prof, _ = inputs
+    raw = _source(relative, data_dir.parent)
+    monkeypatch.chdir(tmp_path)
+    counter = iter(range(10**6))
+
+    @settings(
+        max_examples=6 if "run" in args else 12, deadline=None, derandomize=True, database=None,
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+    @given(st.data())
+    def fuzz(data: st.DataObject) -> None:
+        work = tmp_path / f"run{next(counter)}"
+        work.mkdir()
+        bad = work / Path(relative).name
+        bad.write_bytes(_corrupt(raw, data))
+        extra = ["--profile", str(prof)] if args[0] == "stalls" else []
+        out = work / "out"
+        TRIED[f"corrupt {kind}"] = TRIED.get(f"corrupt {kind}", 0) + 1
+        _run([*args, str(bad), *extra, "--out", str(out)], tmp_path, out)
+
+    fuzz()
