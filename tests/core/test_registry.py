@@ -170,6 +170,8 @@ def test_builtins_load_lazily_from_the_named_package(
         ("recperf.no_such_sub:Thing", r"cannot import 'recperf.no_such_sub'"),
         ("collections:NoSuchThing", r"'collections' has no 'NoSuchThing'"),
         ("collections:", r"'collections' has no ''"),
+        ("os.path:join", r"'join' is a function, not a class"),
+        ("math:pi", r"'pi' is a float, not a class"),
     ],
 )
 def test_bad_module_attr_names_the_reference(ref: str, message: str) -> None:

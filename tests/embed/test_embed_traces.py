@@ -36,7 +36,12 @@ def test_load_text_reads_gzip(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "line", "why"),
-    [("1\n2\nabc\n", 3, "not an integer"), ("1\n\n-4\n", 3, "negative"), ("1\n12\n", 2, "rows")],
+    [
+        ("1\n2\nabc\n", 3, "'abc': expected an integer row id in [0, 10)"),
+        ("1\n\n-4\n", 3, "row id -4: expected an integer row id in [0, 10)"),
+        ("1\n12\n", 2, "row id 12: expected an integer row id in [0, 10)"),
+        ("1\n1e23\n", 2, "'1e23': expected an integer row id in [0, 10)"),
+    ],
 )
 def test_load_text_bad_line_names_file_and_line(
     tmp_path: Path, text: str, line: int, why: str

@@ -26,9 +26,13 @@ def test_bundled_catalog_loads() -> None:
 @pytest.mark.parametrize(
     ("row", "field", "why"),
     [
-        ("x,eight,V100,16,none,10,3.0", "gpus", "expected an integer"),
+        ("x,eight,V100,16,none,10,3.0", "gpus", "expected an integer >= 1, got 'eight'"),
+        ("x,0,V100,16,none,10,3.0", "gpus", "expected an integer >= 1, got '0'"),
         ("x,8,V100,16,warp,10,3.0", "intra_node_link", "not one of"),
-        ("x,8,V100,16,none,10,-1", "usd_per_hour", "out of range"),
+        ("x,8,V100,16,none,10,-1", "usd_per_hour", "expected a finite number > 0, got '-1'"),
+        ("x,8,V100,16,none,10,nan", "usd_per_hour", "expected a finite number > 0, got 'nan'"),
+        ("x,8,V100,16,none,10,0", "usd_per_hour", "expected a finite number > 0, got '0'"),
+        ("x,8,V100,inf,none,10,3.0", "gpu_mem_gib", "expected a finite number > 0, got 'inf'"),
     ],
 )
 def test_bad_catalog_rows_name_line_and_field(

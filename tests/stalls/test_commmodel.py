@@ -75,7 +75,10 @@ def test_save_load_round_trip_and_errors(tmp_path: Path) -> None:
     TRUE.save(path)
     assert CommModel.load(path) == TRUE
     path.write_text("{}")
-    with pytest.raises(ConfigError, match="not a communication model"):
+    with pytest.raises(ConfigError, match=r"model\.json: missing required key 'alpha_s'"):
+        CommModel.load(path)
+    path.write_text("[1]")
+    with pytest.raises(ConfigError, match="not a communication model file: expected a JSON obj"):
         CommModel.load(path)
     with pytest.raises(ConfigError, match="bandwidth_bytes_per_s: required"):
         CommSample(grad_bytes=1.0, buckets=1, ranks=2, nodes=2, seconds=1.0)

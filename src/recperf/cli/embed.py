@@ -51,9 +51,9 @@ def stats_cmd(
 
 
 def _device(device: str | None) -> str:
-    import torch
+    from recperf.embed.timing import resolve_device
 
-    return device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return resolve_device(device)
 
 
 @command(
@@ -117,7 +117,7 @@ def bench_cmd(
 
     from recperf.core.errors import ConfigError
     from recperf.core.progress import progress_bar
-    from recperf.embed.bench import bench
+    from recperf.embed.bench import bench, bench_trace, check_args
     from recperf.embed.model import config as make_config
 
     dtypes = {"fp32": torch.float32, "fp16": torch.float16}
@@ -126,13 +126,15 @@ def bench_cmd(
     cfg = make_config(config, batch_size=batch_size)
     names = parse_names(variants, "--variants")
     options = settings.resolve(names)
+    dev = check_args(names, device=device, reps=reps, options=options)  # before any work
+    loaded = bench_trace(cfg, trace, seed)
     with progress_bar(f"benchmarking {config} on {trace}") as bar:
         result = bench(
             cfg,
-            trace,
+            loaded,
             names,
             dtype=dtypes[dtype],
-            device=_device(device),
+            device=dev,
             reps=reps,
             tune=tune,
             seed=seed,

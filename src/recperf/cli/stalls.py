@@ -35,9 +35,13 @@ FIGURES = (
 def _summary_file(directory: Path) -> dict[str, Any]:
     path = directory / "summary.json" if directory.is_dir() else directory
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a profile summary: {exc}") from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"{path}: not a profile summary: {why}") from None
+    if not isinstance(data, dict):
+        why = f"expected a JSON object, got {type(data).__name__}"
+        raise ConfigError(f"{path}: not a profile summary: {why}")
     return data
 
 
@@ -129,14 +133,11 @@ def analyze_cmd(
     from recperf.stalls.spec import RunSpec
 
     spec = RunSpec.load(run / "spec.json")
-    traces = [
-        json.loads((run / f"rank{r}.json").read_text())
-        for r in range(spec.ranks)
-        if (run / f"rank{r}.json").is_file()
-    ]
-    if len(traces) != spec.ranks:
-        raise ConfigError(f"{run}: {len(traces)} of {spec.ranks} rank traces present")
-    stats = analysis.stats_json(analysis.run_stats(spec, traces))
+    paths = [run / f"rank{r}.json" for r in range(spec.ranks)]
+    present = [p for p in paths if p.is_file()]
+    if len(present) != spec.ranks:
+        raise ConfigError(f"{run}: {len(present)} of {spec.ranks} rank traces present")
+    stats = analysis.stats_json(analysis.run_stats_from_files(spec, present))
     settings.emit(stats, "analysis.json")
     print_table(
         f"run {spec.name}",
@@ -160,11 +161,12 @@ def fit_cmd(
     profiles: list[Path] = typer.Option(..., help="Profile directories (repeatable)."),
 ) -> None:
     """Fit the alpha-beta all-reduce model to the profiles' all-reduce measurements."""
-    from recperf.stalls.commmodel import CommSample, fit
+    from recperf.stalls.commmodel import fit, samples_from
 
-    samples = [
-        CommSample(**row) for p in profiles for row in _summary_file(p).get("comm_samples", [])
-    ]
+    samples = []
+    for p in profiles:
+        summary_path = p / "summary.json" if p.is_dir() else p
+        samples += samples_from(_summary_file(p).get("comm_samples"), str(summary_path))
     model = fit(samples)
     out = settings.out
     assert out is not None
@@ -193,12 +195,20 @@ def predict_cmd(
     backward_s: float | None = typer.Option(None, help="Backward time, for the exposed stall."),
 ) -> None:
     """Predict all-reduce time (and exposed stall) per iteration from the model's shape."""
-    from recperf.stalls.commmodel import CommModel, exposed_stall_s
+    from recperf.core.config import check_range
+    from recperf.stalls.commmodel import CommModel, check_shape, exposed_stall_s
     from recperf.stalls.netem import parse_bandwidth
 
     m = CommModel.load(model)
-    n_nodes = nodes if nodes is not None else (ranks if bandwidth else 1)
-    bw = parse_bandwidth(bandwidth) / 8 if bandwidth else None
+    n_nodes = nodes if nodes is not None else (ranks if bandwidth is not None else 1)
+    check_shape(
+        grad_bytes, layers, ranks, n_nodes, ("--grad-bytes", "--layers", "--ranks", "--nodes")
+    )
+    if backward_s is not None:
+        check_range("--backward-s", backward_s, 0.0, None)
+    bw = parse_bandwidth(bandwidth) / 8 if bandwidth is not None else None
+    if n_nodes > 1 and bw is None:
+        raise ConfigError(f"--nodes {n_nodes}: more than one machine needs --bandwidth, e.g. 1gbit")
     comm = m.predict(grad_bytes, layers, ranks, n_nodes, bw)
     result: dict[str, Any] = {
         "comm_s": comm,
@@ -241,7 +251,11 @@ def advise_cmd(
     from recperf.stalls.commmodel import CommModel
 
     summary = _summary_file(profile)
-    samples = epoch_samples or EPOCH_SAMPLES.get(str(summary.get("workload")))
+    samples = (
+        epoch_samples
+        if epoch_samples is not None
+        else EPOCH_SAMPLES.get(str(summary.get("workload")))
+    )
     if samples is None:
         raise ConfigError(f"--epoch-samples: required for workload {summary.get('workload')!r}")
     config = AdvisorConfig(

@@ -214,14 +214,17 @@ def check_range(
     *,
     lo_open: bool = False,
 ) -> None:
-    """Raise ConfigError naming ``name`` and the allowed range if ``value`` is outside it."""
+    """Raise ConfigError naming ``name`` and the allowed range unless ``value`` is a finite
+    number (not a bool) within it: the one finite-number rule for flags, TOML, specs and
+    catalogs alike (NaN compares false with every bound, so it is checked first)."""
+    lo_s = "-inf" if lo is None else f"{lo:g}"
+    hi_s = "inf" if hi is None else f"{hi:g}"
+    bracket = "(" if lo_open else "["
+    allowed = f"{bracket}{lo_s}, {hi_s}]"
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{name} = {value!r}: expected a finite number in {allowed}")
     bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (
         hi is not None and value > hi
     )
     if bad:
-        lo_s = "-inf" if lo is None else f"{lo:g}"
-        hi_s = "inf" if hi is None else f"{hi:g}"
-        bracket = "(" if lo_open else "["
-        raise ConfigError(
-            f"{name} = {value!r} is outside the allowed range {bracket}{lo_s}, {hi_s}]"
-        )
+        raise ConfigError(f"{name} = {value!r} is outside the allowed range {allowed}")

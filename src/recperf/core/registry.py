@@ -138,8 +138,10 @@ class Registry(Generic[T]):
         obj = getattr(module, attr, None)
         if obj is None:
             raise RegistryError(f"{self.kind} {name!r}: {module_name!r} has no {attr!r}")
-        if not callable(obj):
-            raise RegistryError(f"{self.kind} {name!r}: {attr!r} is not a class or function")
+        if not isinstance(obj, type):  # a function such as os.path:join builds nothing useful
+            raise RegistryError(
+                f"{self.kind} {name!r}: {attr!r} is a {type(obj).__name__}, not a class"
+            )
         factory: Callable[..., T] = obj
         return factory
 

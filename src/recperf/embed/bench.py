@@ -16,7 +16,7 @@ from recperf.embed.autotune import Space, autotune, device_name
 from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables
 from recperf.embed.kernels.torch_hot import hot_first_order
 from recperf.embed.model import EmbedConfig, inference_model, lengths_for, random_tables
-from recperf.embed.timing import copy_bandwidth, lookup_bytes, median_s
+from recperf.embed.timing import copy_bandwidth, lookup_bytes, median_s, resolve_device
 
 HOT_VARIANTS = ("hot-l2", "combined", "torch-hot")
 """Variants that take the trace's hottest rows."""
@@ -102,9 +102,41 @@ def _kernel(
     return KERNELS.build(name, params, tables, **extra)
 
 
+def check_args(
+    variants: Sequence[str],
+    *,
+    device: str | None,
+    reps: int,
+    inputs: int | None = None,
+    options: Mapping[str, Mapping[str, Any]] | None = None,
+) -> str:
+    """Check ``bench``'s arguments before any work (unknown variants, bad options, a device
+    this machine lacks, ``reps`` or ``inputs`` < 1): one ConfigError; return the device."""
+    unknown = [v for v in variants if v not in KERNELS]
+    if unknown:
+        raise ConfigError(f"variant {unknown[0]!r}: expected one of {', '.join(KERNELS.names())}")
+    for name in variants:
+        KERNELS.config(name, (options or {}).get(name))
+    if reps < 1:
+        raise ConfigError(f"reps = {reps}: expected an integer >= 1")
+    if inputs is not None and inputs < 1:
+        raise ConfigError(f"inputs = {inputs}: expected an integer >= 1 (None: default)")
+    return resolve_device(device)
+
+
+def bench_trace(cfg: EmbedConfig, trace_name: str, seed: int = 0) -> traces.Trace:
+    """The trace ``bench`` runs: a generated one sized to ``cfg``'s largest table, or a recorded
+    one with its own rows; either with ``cfg``'s tables."""
+    generated = (
+        trace_name == "uniform" or trace_name.startswith("zipf:") or trace_name in traces.PRESETS
+    )
+    rows = max(cfg.table_rows) if generated else None  # a recorded trace keeps its own rows
+    return traces.resolve(trace_name, rows=rows, tables=cfg.num_tables, seed=seed)
+
+
 def bench(
     cfg: EmbedConfig,
-    trace_name: str,
+    trace_name: str | traces.Trace,
     variants: Sequence[str],
     *,
     dtype: torch.dtype = torch.float32,
@@ -118,19 +150,14 @@ def bench(
     progress: Progress | None = None,
 ) -> BenchResult:
     """Time each variant against ``torch``, built with its ``options`` (Config fields, e.g. CLI
-    strings) and, with ``tune``, its autotuned fields over its registered space or ``spaces``."""
-    unknown = [v for v in variants if v not in KERNELS]
-    if unknown:
-        raise ConfigError(f"variant {unknown[0]!r}: expected one of {', '.join(KERNELS.names())}")
+    strings) and, with ``tune``, its autotuned fields over its registered space or ``spaces``.
+    ``trace_name`` may be a trace ``bench_trace`` made (the CLI loads it before the work)."""
+    device = check_args(variants, device=device, reps=reps, inputs=inputs, options=options)
     fixed = options or {}
-    for name in variants:  # bad options fail before anything is timed
-        KERNELS.config(name, fixed.get(name))
     dev = torch.device(device)
-    generated = (
-        trace_name == "uniform" or trace_name.startswith("zipf:") or trace_name in traces.PRESETS
+    trace = (
+        trace_name if isinstance(trace_name, traces.Trace) else bench_trace(cfg, trace_name, seed)
     )
-    rows = max(cfg.table_rows) if generated else None  # a recorded trace keeps its own rows
-    trace = traces.resolve(trace_name, rows=rows, tables=cfg.num_tables, seed=seed)
     tables = random_tables(cfg, dtype, device, seed)
     lookups = make_lookups(cfg, trace, inputs or _rotation(cfg, tables), device)
     hot = hot_rows_for(cfg, trace, tables)

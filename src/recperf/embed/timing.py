@@ -11,7 +11,31 @@ from typing import Any
 
 import torch
 
+from recperf.core.errors import ConfigError
 from recperf.embed.kernels.base import Lookup
+
+DEVICES = "cpu, cuda or cuda:N"
+
+
+def resolve_device(device: str | None) -> str:
+    """``device`` checked against this machine (None: cuda when present, else cpu); a name
+    other than cpu, cuda or cuda:N, or CUDA where torch has none, is one ConfigError."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    name = device.strip().lower()
+    kind, _, index = name.partition(":")
+    if name == "cpu":
+        return name
+    if kind != "cuda" or (index and not index.isdigit()):
+        raise ConfigError(f"--device {device!r}: expected {DEVICES}")
+    if not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else "no GPU visible"
+        raise ConfigError(f"--device {device}: CUDA is not available (torch "
+                          f"{torch.__version__}, {build}); use --device cpu")  # fmt: skip
+    if index and int(index) >= torch.cuda.device_count():
+        why = f"this machine has {torch.cuda.device_count()} GPU(s)"
+        raise ConfigError(f"--device {device}: no such GPU; {why}")
+    return name
 
 
 def synchronize(device: torch.device) -> None:

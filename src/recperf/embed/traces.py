@@ -19,6 +19,8 @@ import torch
 from recperf.core.errors import ConfigError, TraceFormatError
 
 DEFAULT_ROWS = 500_000
+MAX_ROWS = 100_000_000
+"""Largest table a trace may address (the locality statistics keep arrays of this length)."""
 DEFAULT_LOOKUPS = 1_000_000
 # Zipf exponents of the generated presets, calibrated on the defaults (1,000,000 look-ups over
 # 500,000 rows): the 60,000 most frequent rows take 0.950 / 0.880 / 0.598 of the accesses, and a
@@ -49,8 +51,8 @@ class Trace:
             where = f"trace {self.name!r} table {t}"
             if ids.dtype != torch.int64 or ids.dim() != 1:
                 raise ConfigError(f"{where}: ids must be a 1-D int64 tensor, got {ids.dtype}")
-            if rows < 1:
-                raise ConfigError(f"{where}: rows must be >= 1, got {rows}")
+            if not 1 <= rows <= MAX_ROWS:
+                raise ConfigError(f"{where}: rows = {rows} is outside [1, {MAX_ROWS:,}]")
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= rows):
                 bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
                 raise ConfigError(f"{where}: row id {bad} is outside [0, {rows})")
@@ -120,10 +122,12 @@ def load_text(path: str | Path, rows: int | None = None) -> Trace:
         try:
             value = int(line)
         except ValueError:
-            raise TraceFormatError(path, number, "row_id", f"not an integer: {line!r}") from None
-        if value < 0 or (rows is not None and value >= rows):
-            why = "negative" if value < 0 else f"not below rows {rows}"
-            raise TraceFormatError(path, number, "row_id", f"row id {value} is {why}")
+            why = f"expected an integer row id in [0, {MAX_ROWS if rows is None else rows:,})"
+            raise TraceFormatError(path, number, "row_id", f"{line!r}: {why}") from None
+        limit = MAX_ROWS if rows is None else rows
+        if not 0 <= value < limit:
+            why = f"expected an integer row id in [0, {limit:,})"
+            raise TraceFormatError(path, number, "row_id", f"row id {value}: {why}")
         values.append(value)
     if not values:
         raise TraceFormatError(path, None, "row_id", "no row ids in the file")
@@ -271,8 +275,13 @@ def resolve(
     ``tables``. ``lookups`` applies to generated traces only."""
     if tables < 1 or seed < 0:
         raise ConfigError(f"tables must be >= 1 and seed >= 0, got {tables} and {seed}")
+    if rows is not None and not 1 <= rows <= MAX_ROWS:
+        raise ConfigError(f"rows = {rows}: expected 1..{MAX_ROWS:,} (not given: the default)")
+    if lookups is not None and lookups < 1:
+        raise ConfigError(f"lookups = {lookups}: expected >= 1 (not given: the default)")
     name = str(name_or_path)
-    made = _generated(name, rows or DEFAULT_ROWS, tables, lookups or DEFAULT_LOOKUPS, seed)
+    rows_or_default = DEFAULT_ROWS if rows is None else rows
+    made = _generated(name, rows_or_default, tables, lookups or DEFAULT_LOOKUPS, seed)
     if made is not None:
         return made
     if name in BUNDLED:

@@ -270,6 +270,9 @@ def predict_candidate(
     epoch_h = iterations * iteration / 3600.0
     total_h = epoch_h * config.epochs
     usd_per_hour = count * instance.usd_per_hour
+    if not math.isfinite(total_h * usd_per_hour):
+        raise ConfigError(f"epochs = {config.epochs:g}, epoch_samples = {config.epoch_samples}: "
+                          "the predicted time or cost is too large to represent")  # fmt: skip
     return Candidate(
         instance=instance.instance, count=count, gpus_total=ranks, gpu_model=gpu.gpu_model,
         iteration_s=iteration, compute_s=compute, comm_s=comm, exposed_comm_s=exposed,

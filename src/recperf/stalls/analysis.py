@@ -4,9 +4,12 @@ method), and the differential decomposition across runs that each add one source
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import ConfigError
@@ -161,6 +164,74 @@ def run_stats(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> RunStats:
         instrumented=bool(meta["instrumented"]),
         **mean,
     )
+
+
+META_KEYS = {"grad_bytes": int, "param_bytes": int, "num_param_tensors": int,
+             "flops_per_iter": float, "device_name": str, "instrumented": bool}  # fmt: skip
+"""The run metadata a rank trace's ``recperf`` object must hold, and its type."""
+EVENT_KEYS = {"name": str, "ts": float, "dur": float}
+
+
+def _kind_ok(value: Any, kind: type) -> bool:
+    if kind is bool or kind is str:
+        return isinstance(value, kind)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    return kind is float or float(value).is_integer()
+
+
+def check_trace(trace: Any, source: str) -> dict[str, Any]:
+    """``trace`` if it is a recperf rank trace with every field the analysis reads, else one
+    ConfigError naming ``source`` and the field."""
+
+    def bad(field: str, why: str) -> ConfigError:
+        return ConfigError(f"{source}: not a recperf stall trace: {field} {why}")
+
+    if not isinstance(trace, dict):
+        raise bad("the document", f"is a JSON {type(trace).__name__}, expected an object")
+    meta = trace.get("recperf")
+    if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
+        got = meta.get("format") if isinstance(meta, dict) else None
+        raise bad("'recperf.format'", f"is {got!r}, expected {TRACE_FORMAT!r}")
+    for key, kind in (*META_KEYS.items(), ("warmup", int)):
+        if (key != "warmup" or key in meta) and not _kind_ok(meta.get(key), kind):
+            raise bad(f"'recperf.{key}'", f"= {meta.get(key)!r}, expected {kind.__name__}")
+    events = trace.get("traceEvents")
+    if not isinstance(events, list):
+        raise bad("'traceEvents'", "is missing or not a list")
+    for i, ev in enumerate(events):
+        where = f"'traceEvents[{i}]"
+        if not isinstance(ev, dict):
+            raise bad(f"{where}'", "is not an object")
+        for key, kind in EVENT_KEYS.items():
+            if not _kind_ok(ev.get(key), kind):
+                raise bad(f"{where}.{key}'", f"= {ev.get(key)!r}, expected {kind.__name__}")
+        args = ev.get("args")
+        if not isinstance(args, dict) or not _kind_ok(args.get("iteration"), int):
+            raise bad(f"{where}.args.iteration'", "is missing or not an integer")
+    for it in _iterations(trace):
+        if "data_wait" not in it or "step" not in it:
+            raise bad("an iteration", "lacks its data_wait or step event")
+    return trace
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    """One rank's trace file, checked by ``check_trace``; unreadable JSON is one ConfigError."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"{path}: not a recperf stall trace: {why}") from None
+    return check_trace(data, str(path))
+
+
+def run_stats_from_files(spec: RunSpec, paths: Sequence[Path]) -> RunStats:
+    """``run_stats`` of the rank trace files ``paths``, each checked first."""
+    traces = [load_trace(p) for p in paths]
+    for path, trace in zip(paths, traces, strict=True):
+        if not _iterations(trace):
+            raise ConfigError(f"{path}: the rank trace has no timed iterations")
+    return run_stats(spec, traces)
 
 
 def torch_trace_figures(traces: Sequence[Mapping[str, Any]]) -> dict[str, float]:

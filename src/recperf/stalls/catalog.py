@@ -5,6 +5,7 @@ columns; and the time-cost Pareto frontier of candidate setups."""
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -46,27 +47,45 @@ class GpuModel:
     pcie_gb_per_s: float
 
 
+POSITIVE = ("gpu_mem_gib", "network_gbps", "usd_per_hour")
+"""Instance columns that must be > 0 (the GPU table's peaks may be 0: not available)."""
+
+
 def _rows(path: Path | str, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
     try:
-        with open(path, newline="") as fh:
+        with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             missing = [c for c in columns if c not in (reader.fieldnames or [])]
             if missing:
                 raise TraceFormatError(path, 1, missing[0], "column missing from the header")
-            return [(i, row) for i, row in enumerate(reader, start=2)]
+            rows = [(i, row) for i, row in enumerate(reader, start=2)]
     except OSError as exc:
         raise TraceFormatError(path, None, None, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(path, None, None, f"not UTF-8 text: {exc.reason}") from None
+    except csv.Error as exc:
+        raise TraceFormatError(path, None, None, f"not a CSV file: {exc}") from None
+    if not rows:
+        raise TraceFormatError(path, None, None, "no rows after the header")
+    return rows
 
 
 def _number(path: Path | str, line: int, row: dict[str, str], col: str, integer: bool) -> Any:
+    """A finite number (an integer >= 1 when ``integer``; > 0 for ``POSITIVE``, else >= 0)."""
     raw = (row.get(col) or "").strip()
     try:
         value = int(raw) if integer else float(raw)
     except ValueError:
-        kind = "an integer" if integer else "a number"
-        raise TraceFormatError(path, line, col, f"expected {kind}, got {raw!r}") from None
-    if value < 0 or (integer and value < 1):
-        raise TraceFormatError(path, line, col, f"{value} is out of range")
+        value = None
+    if integer:
+        allowed = "an integer >= 1"
+        ok = value is not None and value >= 1
+    else:
+        allowed = "a finite number > 0" if col in POSITIVE else "a finite number >= 0"
+        ok = value is not None and math.isfinite(value)
+        ok = ok and value is not None and (value > 0 if col in POSITIVE else value >= 0)
+    if not ok:
+        raise TraceFormatError(path, line, col, f"expected {allowed}, got {raw!r}")
     return value
 
 
@@ -80,8 +99,8 @@ def load_instances(path: Path | str | None = None) -> list[Instance]:
             why = f"{link!r} is not one of {', '.join(LINKS)}"
             raise TraceFormatError(path, line, "intra_node_link", why)
         out.append(Instance(
-            instance=row["instance"].strip(), gpus=_number(path, line, row, "gpus", True),
-            gpu_model=row["gpu_model"].strip(),
+            instance=(row["instance"] or "").strip(), gpus=_number(path, line, row, "gpus", True),
+            gpu_model=(row["gpu_model"] or "").strip(),
             gpu_mem_gib=_number(path, line, row, "gpu_mem_gib", False),
             intra_node_link=link, network_gbps=_number(path, line, row, "network_gbps", False),
             usd_per_hour=_number(path, line, row, "usd_per_hour", False),
@@ -95,7 +114,8 @@ def load_gpu_models(path: Path | str | None = None) -> dict[str, GpuModel]:
     out = {}
     for line, row in _rows(path, GPU_COLUMNS):
         nums = {c: _number(path, line, row, c, False) for c in GPU_COLUMNS[1:]}
-        out[row["gpu_model"].strip()] = GpuModel(gpu_model=row["gpu_model"].strip(), **nums)
+        name = (row["gpu_model"] or "").strip()
+        out[name] = GpuModel(gpu_model=name, **nums)
     return out
 
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from recperf.core.config import check_range
+from recperf.core.config import check_range, from_mapping
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_text
 
@@ -56,7 +57,40 @@ class CommSample:
             if self.bandwidth_bytes_per_s is None:
                 raise ConfigError("bandwidth_bytes_per_s: required when nodes > 1")
             check_range("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, 0.0, None,
-                        lo_open=True)  # fmt: skip
+                         lo_open=True)  # fmt: skip
+
+
+def samples_from(rows: Any, source: str) -> list[CommSample]:
+    """The ``comm_samples`` list of a profile summary as CommSamples; a value that is not a list
+    of objects with CommSample's fields is one ConfigError naming ``source`` and the field."""
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise ConfigError(f"{source}: comm_samples: expected a list, got {type(rows).__name__}")
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{source}: comm_samples[{i}]"
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{where}: expected an object, got {row!r}")
+        out.append(from_mapping(CommSample, row, where))
+    return out
+
+
+SHAPE_NAMES = ("grad_bytes", "buckets", "ranks", "nodes")
+
+
+def check_shape(
+    grad_bytes: float, buckets: int, ranks: int, nodes: int, names: Sequence[str] = SHAPE_NAMES
+) -> None:
+    """Raise ConfigError unless the all-reduce shape is one a data-parallel run can have;
+    ``names`` are what the error calls the four values (e.g. the CLI's flags)."""
+    g, b, r, n = names
+    check_range(g, grad_bytes, 0.0, None)
+    check_range(b, buckets, 1, None)
+    check_range(r, ranks, 1, None)
+    check_range(n, nodes, 1, ranks)
+    if ranks % nodes:
+        raise ConfigError(f"{r} = {ranks}: must be a multiple of {n} = {nodes}")
 
 
 def features(
@@ -93,6 +127,11 @@ class CommModel:
     rel_median: float = 0.0
     """Median absolute relative residual on the fitted samples."""
 
+    def __post_init__(self) -> None:
+        for name in (*PARAMS, "rel_rmse", "rel_median"):
+            check_range(name, getattr(self, name), 0.0, None)
+        check_range("samples", self.samples, 0, None)
+
     def vector(self) -> np.ndarray:
         return np.array([getattr(self, p) for p in PARAMS])
 
@@ -104,7 +143,11 @@ class CommModel:
         nodes: int = 1,
         bandwidth_bytes_per_s: float | None = None,
     ) -> float:
-        """All-reduce seconds per iteration (0 for a single rank)."""
+        """All-reduce seconds per iteration (0 for a single rank); a shape no run can have
+        (see ``check_shape``) or a bandwidth that is not a finite number > 0 is a ConfigError."""
+        check_shape(grad_bytes, buckets, ranks, nodes)
+        if bandwidth_bytes_per_s is not None:
+            check_range("bandwidth_bytes_per_s", bandwidth_bytes_per_s, 0.0, None, lo_open=True)
         if ranks < 2:
             return 0.0
         x = features(grad_bytes, buckets, ranks, nodes, bandwidth_bytes_per_s)
@@ -116,18 +159,25 @@ class CommModel:
 
     @staticmethod
     def load(path: Path) -> CommModel:
+        """A model written by ``save``; a file that is not one, or a parameter that is not a
+        finite number >= 0, is one ConfigError naming the file and the field."""
         try:
-            data = json.loads(path.read_text())
-            return CommModel(**data)
-        except (OSError, ValueError, TypeError) as exc:
-            raise ConfigError(f"{path}: not a communication model file: {exc}") from None
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConfigError(f"{path}: not a communication model file: {why}") from None
+        if not isinstance(data, dict):
+            why = f"expected a JSON object, got {type(data).__name__}"
+            raise ConfigError(f"{path}: not a communication model file: {why}")
+        return from_mapping(CommModel, data, str(path))
 
 
 def exposed_stall_s(comm_s: float, backward_s: float, buckets: int) -> float:
     """Communication not hidden behind the backward pass when buckets are reduced as their
     gradients become ready: at least the last bucket's share, at most all of it."""
-    if buckets < 1:
-        raise ConfigError(f"buckets = {buckets}: expected >= 1")
+    check_range("buckets", buckets, 1, None)
+    check_range("comm_s", comm_s, 0.0, None)
+    check_range("backward_s", backward_s, 0.0, None)
     return min(comm_s, max(comm_s / buckets, comm_s - backward_s))
 
 

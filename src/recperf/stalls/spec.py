@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from recperf.core.config import check_range
+from recperf.core.config import check_range, from_mapping
 from recperf.core.errors import ConfigError
 
 DataMode = Literal["synthetic", "real"]
@@ -107,13 +107,20 @@ class RunSpec:
 
     @staticmethod
     def load(path: Path) -> RunSpec:
+        """A spec written by ``save``; anything else is one ConfigError naming the file and
+        the field."""
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{path}: not a run spec: {exc}") from None
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise ConfigError(f"{path}: not a run spec: {why}") from None
+        if not isinstance(data, dict):
+            why = f"expected a JSON object, got {type(data).__name__}"
+            raise ConfigError(f"{path}: not a run spec: {why}")
         known = {f.name for f in fields(RunSpec)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(f"{path}: unknown field {unknown[0]!r}")
-        data["microbench_bytes"] = tuple(data.get("microbench_bytes", ()))
-        return RunSpec(**data)
+        if not isinstance(data.get("workload_options", {}), dict):
+            raise ConfigError(f"{path}: workload_options: expected an object")
+        return from_mapping(RunSpec, data, str(path))
