@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -66,3 +68,27 @@ def test_write_parquet_round_trips_and_is_atomic(tmp_path) -> None:
     with pytest.raises(pa.ArrowInvalid):
         write_parquet(tmp_path / "u.parquet", {"x": [1, 2], "y": [1]})
     assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
+
+
+def test_write_files_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from recperf.core import results
+
+    results.write_files(tmp_path, {"a.html": "old a", "a.json": "old j"})
+    real = results.os.fdopen
+    calls = iter(range(10))
+
+    def full_disk(fd: int, *args: Any, **kwargs: Any) -> Any:
+        if next(calls) == 1:  # the second file of the set
+            results.os.close(fd)
+            raise OSError(28, "No space left on device")
+        return real(fd, *args, **kwargs)
+
+    monkeypatch.setattr(results.os, "fdopen", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        results.write_files(tmp_path, {"a.html": "new a", "a.json": "new j"})
+    assert (tmp_path / "a.html").read_text() == "old a"  # the previous set, whole
+    assert (tmp_path / "a.json").read_text() == "old j"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.html", "a.json"]  # no temporaries
+    monkeypatch.undo()
+    written = results.write_files(tmp_path, {"a.html": "new a", "a.json": "new j"})
+    assert [p.read_text() for p in written] == ["new a", "new j"]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 
@@ -47,4 +51,61 @@ def version_cmd() -> None:
 
 
 def main() -> None:
-    app()
+    """Run the app; SIGINT and SIGTERM unwind it like Ctrl-C (every ``finally`` and context
+    manager cleans up: workers, shared memory, namespaces, temporary files), then print one
+    line ``interrupted`` and exit 128 + the signal's number (130, 143)."""
+    _catch_signals()
+    try:
+        rc = app(standalone_mode=False)
+    except _USAGE_ERROR as exc:  # a flag click cannot parse: one line, as our own errors are
+        _usage_error(exc)
+    except (KeyboardInterrupt, typer.Abort):  # click turns an interrupt into Abort
+        _interrupted()
+    except SystemExit:
+        if _received is not None:
+            _interrupted()
+        raise
+    raise SystemExit(rc if isinstance(rc, int) else 0)
+
+
+# typer ships its own click; its UsageError (bad value, missing or unknown option) is not public
+_USAGE_ERROR: type[Exception] = type(typer.BadParameter("x")).__mro__[1]
+
+
+def _usage_error(exc: Exception) -> NoReturn:
+    """``error: Invalid value for '--layers': ... (recperf stalls predict --help)``, one line;
+    nothing more when click already printed the help (a group called without a command)."""
+    message = " ".join(str(getattr(exc, "format_message", lambda: str(exc))()).split())
+    if message:
+        ctx = getattr(exc, "ctx", None)
+        path = ctx.command_path.partition(" ")[2] if ctx is not None else ""
+        hint = f" (recperf {path} --help)" if path else " (recperf --help)"
+        sys.stderr.write(f"error: {message}{hint}\n")
+    raise SystemExit(getattr(exc, "exit_code", 2))
+
+
+_received: int | None = None
+"""The first SIGINT or SIGTERM received, once one has been."""
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    global _received
+    if _received is not None:  # already unwinding: let the cleanups finish
+        return
+    _received = signum
+    raise KeyboardInterrupt
+
+
+def _catch_signals() -> None:
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # a shell's background job: keep ignoring
+            signal.signal(sig, _on_signal)
+
+
+def _interrupted() -> NoReturn:
+    """One line on stderr and the shell's exit code for a death by that signal."""
+    signum = _received or signal.SIGINT
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write("interrupted\n" if signum == signal.SIGINT else "interrupted (SIGTERM)\n")
+        sys.stderr.flush()
+    raise SystemExit(128 + signum)

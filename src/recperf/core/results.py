@@ -21,9 +21,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
     tmp_path = Path(tmp)
-    try:
+    try:  # also on KeyboardInterrupt (Ctrl-C, or SIGTERM as the CLI turns it into one)
+        os.close(fd)
         yield tmp_path
         # mkstemp makes the file private; give the result the mode a plain open() would.
         umask = os.umask(0)
@@ -31,8 +31,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, target)
     finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+        tmp_path.unlink(missing_ok=True)
 
 
 def _clean(obj: Any) -> Any:
@@ -63,6 +62,30 @@ def write_text(path: str | Path, text: str) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
+
+
+def write_files(directory: str | Path, texts: Mapping[str, str]) -> list[Path]:
+    """Write several text files as a set: every one goes to a temporary name first and only
+    when all are written (a full disk fails here) are they renamed into place, so a failure
+    leaves the previous set or none, never a part of the new one."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for name, text in texts.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
+            staged.append((Path(tmp), out / name))
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        for tmp_path, target in staged:
+            os.chmod(tmp_path, 0o666 & ~umask)
+            os.replace(tmp_path, target)
+    finally:
+        for tmp_path, _ in staged:
+            tmp_path.unlink(missing_ok=True)
+    return [target for _, target in staged]
 
 
 def write_parquet(path: str | Path, columns: Mapping[str, Any]) -> Path:

@@ -17,7 +17,7 @@ from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
 import recperf
-from recperf.core.results import write_json, write_text
+from recperf.core.results import dumps_json, write_files
 from recperf.report.cluster_section import cluster_section
 from recperf.report.embed_section import embed_section
 from recperf.report.ingest_section import ingest_section
@@ -101,5 +101,7 @@ def build_report(
     if len(set(keys)) != len(keys):
         raise ValueError(f"report sections share a key: {keys}")
     generated = datetime.now(UTC)
-    write_json(Path(out_dir) / "report.json", report_data(sections, generated, quick))
-    return write_text(Path(out_dir) / "report.html", render_page(sections, generated))
+    html = render_page(sections, generated)
+    data = dumps_json(report_data(sections, generated, quick))
+    write_files(out_dir, {"report.html": html, "report.json": data})  # both or neither
+    return Path(out_dir) / "report.html"

@@ -53,6 +53,7 @@ class WorkerPool(Dispatcher):
             prefix=self._prefix,
             read_latency_s=self.config.read_latency_ms / 1e3,
             read_concurrency=self.config.read_concurrency,
+            parent_pid=os.getpid(),
         )
         proc = self._ctx.Process(target=worker_main, args=(work, child), daemon=True)
         proc.start()

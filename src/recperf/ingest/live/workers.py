@@ -40,6 +40,8 @@ class SegmentWork:
     """Emulated remote-storage latency of one request (0: local files)."""
     read_concurrency: int = 1
     """Requests in flight at once: a wait covers that many splits."""
+    parent_pid: int = 0
+    """The coordinator's pid (0: unknown): a worker whose parent is another has lost it."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -168,10 +170,11 @@ def _failure(msg: TaskMsg) -> FailMsg:
     return FailMsg(msg.task_id, msg.attempt, "error", (traceback.format_exc(),))
 
 
-def _die_with_parent(prefix: str) -> None:
+def _die_with_parent(prefix: str, parent_pid: int) -> None:
     """When the coordinator's process dies (even by SIGKILL) the kernel sends this worker
-    SIGTERM; it then deletes the pipeline's shared-memory files and exits, so nothing is left
-    behind. Ctrl-C goes to the coordinator, which stops the workers itself."""
+    SIGTERM; it then deletes the pipeline's shared-memory files and exits quietly, so nothing
+    is left behind. Ctrl-C (which a terminal sends the whole process group) is ignored: the
+    coordinator owns shutdown and stops the workers itself."""
 
     def on_term(signum: int, frame: object) -> None:
         for path in items.SHM_DIR.glob(f"{prefix}-*"):
@@ -185,13 +188,14 @@ def _die_with_parent(prefix: str) -> None:
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends the worker
         pass
-    if os.getppid() == 1:  # the parent died before prctl took effect
+    # the parent died before prctl took effect (the orphan went to init or a subreaper)
+    if os.getppid() == 1 or (parent_pid and os.getppid() != parent_pid):
         on_term(signal.SIGTERM, None)
 
 
 def worker_main(work: SegmentWork, conn: Connection) -> None:
     """Serve tasks until told to stop (None) or the coordinator goes away."""
-    _die_with_parent(work.prefix)
+    _die_with_parent(work.prefix, work.parent_pid)
     reader = st.SplitReader()
     maps = SlotMaps(work.slot_bytes)
     while True:

@@ -1,0 +1,44 @@
+"""The installed ``recperf`` entry point: a flag click cannot parse is one line and exit 2, like
+recperf's own errors; help and a group without a command still print the help."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+RECPERF = str(Path(sys.executable).with_name("recperf"))
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RECPERF, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["stalls", "predict", "--model", "m.json", "--grad-bytes", "abc", "--layers", "1",
+             "--ranks", "1"],
+            "error: Invalid value for '--grad-bytes': ",
+        ),
+        (["cluster", "simulate", "--bogus"], "error: No such option: --bogus"),
+        (["cluster", "simulate", "--trace", "x"], "error: Missing option '--scheduler'."),
+    ],
+)  # fmt: skip
+def test_a_usage_error_is_one_line(args: list[str], line: str) -> None:
+    res = run(*args)
+    assert res.returncode == 2
+    assert res.stderr.startswith(line) and res.stderr.count("\n") == 1, res.stderr
+    assert res.stderr.rstrip().endswith(f"(recperf {' '.join(args[:2])} --help)")
+    assert res.stdout == ""
+
+
+def test_help_and_a_bare_group_still_print_the_help() -> None:
+    res = run("cluster", "simulate", "--help")
+    assert res.returncode == 0 and "--scheduler" in res.stdout
+    res = run("cluster")
+    assert res.returncode == 2 and "simulate" in res.stdout + res.stderr
+    assert "error:" not in res.stderr
