@@ -122,7 +122,7 @@ class NeverSchedules(_Base):
         (FloatOrder, "must be a 1-D integer array"),
         (BadLevels, "max_level must align with order"),
         (ReturnsDict, "returned dict, not Decision"),
-        (NoSchedule, "does not implement the Scheduler protocol"),
+        (NoSchedule, "NoSchedule is no Scheduler: it has no schedule"),
     ],
 )
 def test_broken_scheduler_is_rejected(broken: type, message: str) -> None:

@@ -275,12 +275,12 @@ def test_tiresias_missing_header_column(tmp_path: Path, column: str) -> None:
 @pytest.mark.parametrize(
     ("row", "column", "value", "why"),
     [
-        (2, "duration", "-5", "must be > 0, got '-5'"),
-        (3, "duration", "0", "must be > 0, got '0'"),
-        (1, "submit_time", "-1", "must be >= 0, got '-1'"),
+        (2, "duration", "-5", "must be > 0 and at most 3.15576e+08 s (10 years), got '-5'"),
+        (3, "duration", "0", "must be > 0 and at most 3.15576e+08 s (10 years), got '0'"),
+        (1, "submit_time", "-1", "must be >= 0 and at most 3.15576e+08 s (10 years), got '-1'"),
         (3, "num_gpu", "2.5", "must be a whole number, got '2.5'"),
         (2, "iterations", "lots", "not a number: 'lots'"),
-        (1, "duration", "nan", "must be > 0, got 'nan'"),
+        (1, "duration", "nan", "must be > 0 and at most 3.15576e+08 s (10 years), got 'nan'"),
     ],
 )
 def test_tiresias_bad_value_names_line_and_field(
@@ -518,8 +518,8 @@ def test_synthetic_mix_larger_than_the_cluster() -> None:
     ("field", "value", "message"),
     [
         ("jobs", 0, "jobs = 0 is outside the allowed range [1, 1e+07]"),
-        ("load", 0.0, "load = 0.0 is outside the allowed range (0, 100]"),
-        ("iter_s_max", 0.01, "iter_s_max = 0.01 is outside the allowed range [0.05, inf]"),
+        ("load", 0.0, "load = 0.0 is outside the allowed range [1e-06, 100]"),
+        ("iter_s_max", 0.01, "iter_s_max = 0.01 is outside the allowed range [0.05, 3600]"),
     ],
 )
 def test_synthetic_config_ranges(field: str, value: object, message: str) -> None:

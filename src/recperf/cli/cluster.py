@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +13,26 @@ import typer
 from recperf.cli.common import console, err_console, print_table
 from recperf.cli.common import fmt as fmt_value
 from recperf.cli.options import Flag, Settings, command
-from recperf.cluster.api import RunSpec, compare, load_jobs, simulate, write_run
+from recperf.cluster.api import (
+    RunSpec,
+    build_placement,
+    build_scheduler,
+    compare,
+    load_jobs,
+    simulate,
+    write_run,
+)
 from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS
+from recperf.cluster.engine import check_fits
+from recperf.cluster.limits import MAX_SWEEP_RUNS
 from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.sweep import Sweep, run_sweep, split_trace, write_sweep
 from recperf.cluster.topology import PRESETS
 from recperf.cluster.traces import BUNDLED
 from recperf.cluster.traces.synthetic import SyntheticConfig
-from recperf.core.config import from_mapping, parse_floats, parse_names, parse_seeds
+from recperf.core.config import check_range, from_mapping, parse_floats, parse_names, parse_seeds
 from recperf.core.errors import ConfigError
-from recperf.core.progress import progress_bar
+from recperf.core.progress import ProgressFn, progress_bar
 
 app = typer.Typer(help="GPU-cluster scheduling simulator on real traces.", no_args_is_help=True)
 
@@ -112,9 +123,10 @@ def build_spec(
     renamed = {"scheduler": schedulers[0]} if len(schedulers) == 1 else {}
     opts = settings.resolve(["synthetic", "engine", placement, *schedulers], renamed)
     PLACEMENTS.config(placement, opts[placement])
+    build_placement(placement)
     per_scheduler = {s: opts[s] for s in schedulers}
-    for name in schedulers:  # a misspelt name or a bad option fails before any long run
-        SCHEDULERS.config(name, per_scheduler[name])
+    for name in schedulers:  # a misspelt name, a bad option or a non-scheduler fails now
+        build_scheduler(name, per_scheduler[name])
     spec = RunSpec(
         trace=trace,
         format=fmt,
@@ -156,6 +168,7 @@ def simulate_cmd(
     out = settings.out
     assert out is not None
     loaded = load_jobs(spec)
+    check_fits(*loaded)  # before the progress line: a too-small cluster is one line
     t0 = time.perf_counter()
     with progress_bar(f"{spec.scheduler} on {spec.trace}") as bar:
         res = simulate(spec, progress=bar, loaded=loaded)
@@ -169,8 +182,9 @@ def simulate_cmd(
     )
     err_console.print(
         f"{res.events:,} events in {wall:.2f} s ({res.events / max(wall, 1e-9):,.0f}/s); "
-        f"results in {out}"
-    )
+        f"results in {out}",
+        markup=False, highlight=False,
+    )  # fmt: skip
 
 
 @command(
@@ -191,12 +205,17 @@ def compare_cmd(
 ) -> None:
     """Run several schedulers on the same trace and print one table."""
     names = parse_names(schedulers, "--schedulers")
+    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if dup is not None:  # both would write --out/NAME
+        raise ConfigError(f"--schedulers lists {dup!r} twice")
     spec, per_scheduler = build_spec(
         settings, trace=trace, fmt=fmt, schedulers=names, placement=placement, cluster=cluster,
         seed=seed, jitter_s=jitter_s,
     )  # fmt: skip
     out = settings.out
     assert out is not None
+    loaded = load_jobs(spec)  # a bad trace or a too-small cluster fails before any progress
+    check_fits(*loaded)
     rows: list[dict[str, Any]] = []
     with progress_bar(f"{len(names)} schedulers on {trace}") as bar:
 
@@ -205,11 +224,37 @@ def compare_cmd(
             rows.append(write_run(out / name, run_spec, res))
             bar(len(rows) / len(names))
 
-        compare(spec, names, on_done=done, options=per_scheduler)
+        compare(spec, names, on_done=done, options=per_scheduler, loaded=loaded)
     settings.emit({"trace": trace, "runs": rows}, "compare.json")
-    print_table(
-        f"{trace} on {rows[0]['cluster']} ({rows[0]['cluster_gpus']} GPUs)", rows, TABLE_COLUMNS
-    )
+    title = f"{trace} on {rows[0]['cluster']} ({rows[0]['cluster_gpus']} GPUs)"
+    print_table(title, rows, TABLE_COLUMNS)
+
+
+@contextmanager
+def progress_once_started(description: str) -> Iterator[ProgressFn]:
+    """A progress bar shown from the first report on, so that bad input found before the work
+    starts is the only line printed."""
+    with ExitStack() as stack:
+        bar: ProgressFn | None = None
+
+        def report(frac: float) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = stack.enter_context(progress_bar(description))
+            bar(frac)
+
+        yield report
+
+
+def seed_count(text: str) -> int:
+    """How many seeds ``--seeds`` lists, counted without listing them (0 for what
+    ``parse_seeds`` will reject)."""
+    total = 0
+    for item in text.split(","):
+        lo, dash, hi = item.strip().partition("-")
+        if lo.strip().isdigit() and (not dash or hi.strip().isdigit()):
+            total += max(int(hi) - int(lo) + 1, 0) if dash else 1
+    return total
 
 
 SWEEP_METRICS = ("makespan_s", "jct_mean_s", "jct_p95_s", "comm_overhead_frac")
@@ -288,6 +333,9 @@ def sweep_cmd(
     keep_jobs: bool = typer.Option(
         True, "--jobs/--no-jobs", help="Also write every run's per-job rows to jobs.parquet."
     ),
+    max_runs: int = typer.Option(
+        MAX_SWEEP_RUNS, help="Refuse a sweep of more runs than this (a guard against typos)."
+    ),
 ) -> None:
     """Run every trace x scheduler x congestion x seed in parallel; print means over the seeds.
 
@@ -295,6 +343,11 @@ def sweep_cmd(
     on stderr; the other runs' results are still written), 2 for bad input.
     """
     names = parse_names(schedulers, "--schedulers")
+    check_range("--max-runs", max_runs, 1, 10**9)
+    if seed_count(seeds) > max_runs:  # before listing them: 0-10000000000 would exhaust memory
+        raise ConfigError(
+            f"--seeds {seeds}: {seed_count(seeds):,} seeds, above --max-runs {max_runs:,}"
+        )
     opts = settings.with_sets(opt or []).resolve(["engine", placement, *names])
     if "congestion" in opts["engine"]:
         raise ConfigError("engine.congestion: a sweep takes its congestion from --congestion")
@@ -313,11 +366,12 @@ def sweep_cmd(
         seeds=parse_seeds(seeds, "--seeds"),
         scheduler_options={n: opts[n] for n in names if opts[n]},
         base=base,
+        max_runs=max_runs,
     )
     n = sweep.size
     out = settings.out
     assert out is not None
-    with progress_bar(f"{n} runs ({backend})") as bar:
+    with progress_once_started(f"{n} runs ({backend})") as bar:
         result = run_sweep(
             sweep, backend=backend, workers=workers, address=address, keep_jobs=keep_jobs,
             progress=bar,

@@ -6,22 +6,35 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
-from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS, Scheduler, TraceLoader
+from recperf.cluster.base import (
+    PLACEMENTS,
+    SCHEDULER_METHODS,
+    SCHEDULERS,
+    TRACE_LOADERS,
+    PlacementPolicy,
+    Scheduler,
+    TraceLoader,
+    missing_methods,
+)
 from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
+from recperf.cluster.limits import check_seed
 from recperf.cluster.metrics import job_columns, summarize, utilization_series
 from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster, load_cluster
 from recperf.cluster.traces import BUNDLED, bundled_path
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
 from recperf.core.config import check_range
-from recperf.core.errors import ConfigError
+from recperf.core.errors import ConfigError, RecperfError, RegistryError, TraceFormatError
 from recperf.core.progress import ProgressFn
+from recperf.core.registry import Registry
 from recperf.core.results import write_json, write_parquet
+
+T = TypeVar("T")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -49,6 +62,7 @@ class RunSpec:
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
+        check_seed(self.seed)
         check_range("jitter_s", self.jitter_s, 0.0, 86_400.0 * 30)
 
     def replace(self, **changes: Any) -> RunSpec:
@@ -66,7 +80,7 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
         fmt, path = bundled.format, bundled_path(bundled)
     else:
         path = Path(spec.trace)
-        if not path.exists():
+        if not spec.trace.strip() or not path.exists():  # Path("") is the current directory
             raise ConfigError(
                 f"trace {spec.trace!r} is neither a file nor a bundled name; "
                 f"bundled: {', '.join(BUNDLED)}"
@@ -80,18 +94,49 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
             raise ConfigError(f"--format synthetic generates jobs; it reads no file ({path})")
     if fmt == "synthetic":
         return SyntheticTrace(spec.synthetic), None
-    return TRACE_LOADERS.build(fmt), path
+    return build_plugin(TRACE_LOADERS, fmt, None, ("load",)), path
+
+
+def build_plugin(
+    registry: Registry[T], name: str, options: Mapping[str, Any] | None, methods: Sequence[str]
+) -> T:
+    """Build plug-in ``name`` (validating ``options``). A ``module:attr`` class that lacks one
+    of ``methods``, or whose constructor fails, is one RegistryError naming it; a registered
+    plug-in that fails to build is a bug and keeps its traceback."""
+    entry = registry.entry(name)  # unknown name, failed import, not a class: RegistryError
+    if name in registry:
+        return registry.build(name, options)
+    what = f"{registry.kind} {name!r}"
+    lacks = missing_methods(entry.factory, methods)
+    if lacks:
+        need = ", ".join(f"{m}()" for m in methods)
+        cls = getattr(entry.factory, "__name__", repr(entry.factory))
+        raise RegistryError(f"{what}: {cls} has no {lacks[0]}() method; it needs {need}")
+    try:
+        return registry.build(name, options)
+    except RecperfError:
+        raise
+    except Exception as exc:  # e.g. an __init__ that needs arguments
+        raise RegistryError(f"{what}: building it failed: {type(exc).__name__}: {exc}") from None
 
 
 def build_scheduler(name: str, options: Mapping[str, Any] | None = None) -> Scheduler:
-    """Build a scheduler, validating ``options`` against its Config."""
-    return SCHEDULERS.build(name, options)
+    """Build a scheduler, validating ``options`` against its Config and checking that a
+    ``module:attr`` one has ``reset`` and ``schedule`` (``preemptive`` defaults to False)."""
+    return build_plugin(SCHEDULERS, name, options, SCHEDULER_METHODS)
+
+
+def build_placement(name: str) -> PlacementPolicy:
+    """Build a placement policy (a ``module:attr`` one must have ``place``)."""
+    return build_plugin(PLACEMENTS, name, None, ("place",))
 
 
 def load_jobs(spec: RunSpec) -> tuple[JobTable, Cluster]:
     loader, path = resolve_loader(spec)
     cluster = load_cluster(spec.cluster or loader.default_cluster)
     jobs = loader.load(path, cluster, np.random.default_rng(spec.seed))
+    if len(jobs) == 0:  # a header-only file would summarise to nulls
+        raise TraceFormatError(path or spec.trace, None, None, "holds no jobs")
     if spec.jitter_s > 0:
         jobs = jitter_arrivals(jobs, spec.jitter_s, spec.seed)
     return jobs, cluster
@@ -115,7 +160,7 @@ def simulate(
         jobs,
         cluster,
         build_scheduler(spec.scheduler, spec.scheduler_options),
-        PLACEMENTS.build(spec.placement),
+        build_placement(spec.placement),
         spec.engine,
         seed=spec.seed,
     )
@@ -143,10 +188,11 @@ def compare(
     schedulers: Sequence[str],
     on_done: Callable[[str, SimResult], None] | None = None,
     options: Mapping[str, Mapping[str, Any]] | None = None,
+    loaded: tuple[JobTable, Cluster] | None = None,
 ) -> dict[str, SimResult]:
-    """Run several schedulers over the same loaded trace; ``options`` gives per-scheduler
-    options (others run with ``spec.scheduler_options``)."""
-    loaded = load_jobs(spec)
+    """Run several schedulers over the same loaded trace (``loaded``, or read from ``spec``);
+    ``options`` gives per-scheduler options (others run with ``spec.scheduler_options``)."""
+    loaded = loaded or load_jobs(spec)
     results: dict[str, SimResult] = {}
     for name in schedulers:
         opts = (options or {}).get(name, spec.scheduler_options)

@@ -161,7 +161,11 @@ class Decision:
 
 @runtime_checkable
 class Scheduler(Protocol):
-    """Orders jobs. A preemptive scheduler may stop running jobs that fall out of its order."""
+    """Orders jobs. A preemptive scheduler may stop running jobs that fall out of its order.
+
+    ``reset`` and ``schedule`` are the contract; a plug-in may leave out ``name`` (its class name
+    is used) and ``preemptive`` (False): read them with ``scheduler_name`` and ``is_preemptive``.
+    """
 
     name: ClassVar[str]
     preemptive: ClassVar[bool]
@@ -171,6 +175,26 @@ class Scheduler(Protocol):
         ...
 
     def schedule(self, view: SchedulerView) -> Decision: ...
+
+
+SCHEDULER_METHODS = ("reset", "schedule")
+"""What a scheduler must have; ``name`` and ``preemptive`` have defaults."""
+
+
+def scheduler_name(scheduler: object) -> str:
+    """The scheduler's ``name``, or its class name when it has none."""
+    name = getattr(scheduler, "name", None)
+    return name if isinstance(name, str) and name else type(scheduler).__name__
+
+
+def is_preemptive(scheduler: object) -> bool:
+    """The scheduler's ``preemptive`` flag; False when it has none (README's protocol)."""
+    return bool(getattr(scheduler, "preemptive", False))
+
+
+def missing_methods(obj: object, methods: Sequence[str]) -> list[str]:
+    """Which of ``methods`` ``obj`` (an instance or a class) lacks or has as a non-callable."""
+    return [m for m in methods if not callable(getattr(obj, m, None))]
 
 
 @runtime_checkable

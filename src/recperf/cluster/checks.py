@@ -11,11 +11,15 @@ import numpy as np
 
 from recperf.cluster.base import (
     I64,
+    SCHEDULER_METHODS,
     Decision,
     PlacementPolicy,
     Scheduler,
     SchedulerView,
     TraceLoader,
+    is_preemptive,
+    missing_methods,
+    scheduler_name,
 )
 from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
@@ -32,8 +36,8 @@ class _Checked:
 
     def __init__(self, inner: Scheduler) -> None:
         self.inner = inner
-        self.name = inner.name
-        self.preemptive = inner.preemptive
+        self.name = scheduler_name(inner)
+        self.preemptive = is_preemptive(inner)
         self.calls = 0
 
     def reset(self, jobs: JobTable, cluster: Cluster) -> None:
@@ -101,8 +105,12 @@ def check_scheduler(factory: Callable[[], Scheduler], seeds: tuple[int, ...] = (
 
     for seed in seeds:
         sched = factory()
-        if not isinstance(sched, Scheduler):
-            raise ContractError(f"{sched!r} does not implement the Scheduler protocol")
+        missing = missing_methods(sched, SCHEDULER_METHODS)
+        if missing:
+            raise ContractError(
+                f"{type(sched).__name__} is no Scheduler: it has no {missing[0]}() method "
+                f"(a scheduler needs {', '.join(SCHEDULER_METHODS)})"
+            )
         cfg = SyntheticConfig(
             jobs=60, load=1.2, gpus_per_job="1:0.5,2:0.2,4:0.2,8:0.1", mean_duration_s=600.0
         )
@@ -113,9 +121,9 @@ def check_scheduler(factory: Callable[[], Scheduler], seeds: tuple[int, ...] = (
         try:
             res = sim.run()
         except SimulationError as exc:
-            raise ContractError(f"scheduler {sched.name!r}: {exc}") from None
+            raise ContractError(f"scheduler {checked.name!r}: {exc}") from None
         if checked.calls == 0:
-            raise ContractError(f"scheduler {sched.name!r} was never consulted")
+            raise ContractError(f"scheduler {checked.name!r} was never consulted")
         check_result(res)
 
 

@@ -22,6 +22,8 @@ from recperf.cluster.base import (
     PlacementPolicy,
     Scheduler,
     SchedulerView,
+    is_preemptive,
+    scheduler_name,
 )
 from recperf.cluster.bookkeeping import CKPT_DONE, FINISH, WAKE, EventQueue, LocalityWaits
 from recperf.cluster.jobs import JobTable
@@ -32,6 +34,17 @@ from recperf.core.errors import RecperfError, SimulationError
 from recperf.core.progress import ProgressFn
 
 WAITING, RUNNING, CHECKPOINTING, DONE = 1, 2, 3, 4  # job states; 0: not arrived yet
+
+
+def check_fits(jobs: JobTable, cluster: Cluster) -> None:
+    """Every job must fit the cluster, or it would wait forever."""
+    too_big = np.flatnonzero(jobs.gpus > cluster.gpus)
+    if too_big.size:
+        j = int(too_big[0])
+        raise RecperfError(
+            f"job {jobs.name[j]!r} needs {int(jobs.gpus[j])} GPUs but cluster "
+            f"{cluster.name!r} has only {cluster.gpus}"
+        )
 
 
 class Simulator:
@@ -48,15 +61,11 @@ class Simulator:
     ) -> None:
         self.jobs, self.cluster = jobs, cluster
         self.scheduler, self.placement = scheduler, placement
+        self.preemptive = is_preemptive(scheduler)  # a plug-in may leave it out: False
+        self.scheduler_name = scheduler_name(scheduler)
         self.cfg = config or EngineConfig()
         self.rng = np.random.default_rng(seed)
-        too_big = np.flatnonzero(jobs.gpus > cluster.gpus)
-        if too_big.size:
-            j = int(too_big[0])
-            raise RecperfError(
-                f"job {jobs.name[j]!r} needs {int(jobs.gpus[j])} GPUs but cluster "
-                f"{cluster.name!r} has only {cluster.gpus}"
-            )
+        check_fits(jobs, cluster)
         self._init_comm()
 
     def _init_comm(self) -> None:
@@ -271,7 +280,7 @@ class Simulator:
             if now == math.inf:
                 raise SimulationError(
                     f"simulation stalled at t={self.busy_t[-1]:.0f} s: {self.n_waiting} jobs wait, "
-                    f"{self.free_total} GPUs are free, and scheduler {self.scheduler.name!r} with "
+                    f"{self.free_total} GPUs are free, and scheduler {self.scheduler_name!r} with "
                     f"placement {self.placement.name!r} starts none of them"
                 )
             changed = False
@@ -296,7 +305,7 @@ class Simulator:
                 else:
                     self._checkpoint_done(j, now)
                 changed = True
-            if changed and self.n_waiting and (self.free_total or self.scheduler.preemptive):
+            if changed and self.n_waiting and (self.free_total or self.preemptive):
                 self._maybe_decide(now)
         if progress is not None:
             progress(1.0)
@@ -328,7 +337,7 @@ class Simulator:
     def _maybe_decide(self, now: float) -> None:
         """Decide now; within a round, a preemptive scheduler only fills free GPUs and is asked
         again at the round's end."""
-        if self.scheduler.preemptive and self.cfg.round_s > 0:
+        if self.preemptive and self.cfg.round_s > 0:
             due = self.last_decision + self.cfg.round_s
             if now < due:
                 self._wake(due)
@@ -336,7 +345,7 @@ class Simulator:
                     self._decide(now, preempt=False)
                 return
             self.last_decision = now
-        self._decide(now, preempt=self.scheduler.preemptive)
+        self._decide(now, preempt=self.preemptive)
 
     def _wake(self, t: float) -> None:
         if t < self.next_wake:
@@ -438,7 +447,7 @@ class Simulator:
         return SimResult(
             jobs=self.jobs,
             cluster=self.cluster,
-            scheduler=self.scheduler.name,
+            scheduler=self.scheduler_name,
             placement=self.placement.name,
             first_start_s=self.first_start,
             finish_s=self.finish,

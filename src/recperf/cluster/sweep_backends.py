@@ -3,9 +3,11 @@ exception, and the backends that run many (serial, a local process pool, Ray).""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import multiprocessing as mp
+import signal
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -121,7 +123,9 @@ def _pool_pass(
     """One pool over ``todo``; returns the runs lost to a broken pool, in submission order."""
     # fork is unsafe in a process with threads (rich, pyarrow); forkserver/spawn start clean.
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method))
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=mp.get_context(method), initializer=_worker_init
+    )
     broken: list[tuple[int, BaseException]] = []
     try:
         futures = {pool.submit(task, runs[i], keep_jobs): i for i in todo}
@@ -135,9 +139,25 @@ def _pool_pass(
             except Exception as exc:  # e.g. a result that cannot be pickled back
                 outcome = failed_outcome(runs[i], exc)
             on_done(i, outcome)
+    except BaseException:  # interrupted (SIGINT, SIGTERM): stop the runs, do not wait for them
+        _terminate_workers(pool)
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return sorted(broken, key=lambda b: b[0])  # todo is ascending: submission order
+
+
+def _worker_init() -> None:
+    """A pool worker ignores Ctrl-C (the terminal sends it to the whole process group): the
+    parent owns shutdown, and a worker's KeyboardInterrupt traceback is noise."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _terminate_workers(pool: ProcessPoolExecutor) -> None:
+    processes = getattr(pool, "_processes", None) or {}
+    for proc in list(processes.values()):
+        with contextlib.suppress(OSError, ValueError):
+            proc.terminate()
 
 
 def _import_ray() -> Any:
@@ -149,6 +169,22 @@ def _import_ray() -> Any:
         ) from None
 
 
+def _init_ray(ray: Any, workers: int, address: str | None) -> None:
+    """Connect to the Ray cluster at ``address``, or start one here; no cluster at that address
+    (or Ray failing to start) is one ConfigError, before any run."""
+    try:
+        if address:
+            ray.init(address=address)
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, RuntimeError, ValueError, grpc errors ...
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+        where = f"the Ray cluster at --address {address}" if address else "a local Ray"
+        raise ConfigError(
+            f"--backend ray: cannot start or reach {where}: {type(exc).__name__}: {first}"
+        ) from None
+
+
 def _run_ray(
     runs: Sequence[SweepRun],
     keep_jobs: bool,
@@ -156,13 +192,14 @@ def _run_ray(
     address: str | None,
     on_done: OnDone,
     task: Task = run_one,
+    on_start: Callable[[], None] | None = None,
 ) -> None:
     ray = _import_ray()
     started = not ray.is_initialized()
-    if started and address:
-        ray.init(address=address)
-    elif started:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+    if started:
+        _init_ray(ray, workers, address)
+    if on_start is not None:  # connected: the runs begin
+        on_start()
     pending: dict[Any, int] = {}
     try:
         remote = ray.remote(num_cpus=1)(task)

@@ -14,6 +14,9 @@ from numpy.typing import NDArray
 from recperf.core.config import check_range, from_mapping, load_toml
 from recperf.core.errors import ConfigError
 
+MAX_GPUS = 10_000_000
+"""The largest cluster simulated."""
+
 
 class Level(IntEnum):
     """How widely a placement spans the cluster; a job's communication runs at its widest link."""
@@ -54,11 +57,18 @@ class Cluster:
     def __post_init__(self) -> None:
         for name in ("racks", "machines_per_rack", "gpus_per_machine"):
             check_range(name, getattr(self, name), 1, 1_000_000)
+        if self.gpus > MAX_GPUS:  # the engine keeps arrays per machine and per GPU
+            raise ConfigError(
+                f"racks x machines_per_rack x gpus_per_machine = {self.gpus:,} GPUs; "
+                f"at most {MAX_GPUS:,} are simulated"
+            )
+        # Bounded so that every job's iteration time stays finite: 1 Mbit/s to 1 Pbit/s links,
+        # latencies up to a second.
         for name in ("machine_gbps", "rack_gbps", "core_gbps"):
-            check_range(name, getattr(self, name), 0.0, None, lo_open=True)
+            check_range(name, getattr(self, name), 1e-3, 1e6)
         for name in ("machine_latency_us", "rack_latency_us", "core_latency_us"):
-            check_range(name, getattr(self, name), 0.0, None)
-        check_range("oversubscription", self.oversubscription, 1.0, None)
+            check_range(name, getattr(self, name), 0.0, 1e6)
+        check_range("oversubscription", self.oversubscription, 1.0, 1e6)
 
     @property
     def machines(self) -> int:
@@ -185,6 +195,10 @@ def load_cluster(spec: str) -> Cluster:
     if spec in PRESETS:
         return PRESETS[spec]
     path = Path(spec)
+    if path.is_dir():
+        raise ConfigError(
+            f"cluster {spec!r} is a directory; allowed: {', '.join(PRESETS)} or a .toml file"
+        )
     if path.suffix == ".toml" or path.exists():
         data = load_toml(path)
         table = data.get("cluster", data)

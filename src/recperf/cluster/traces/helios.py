@@ -13,7 +13,7 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.models import grad_bytes_for, iter_s_for
 from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topology import Cluster
-from recperf.cluster.traces.common import integer, number, read_trace
+from recperf.cluster.traces.common import integer, read_trace, seconds
 from recperf.core.errors import TraceFormatError
 
 
@@ -52,6 +52,8 @@ class HeliosTrace:
             records = json.loads(text)
         except json.JSONDecodeError as exc:
             raise TraceFormatError(path, exc.lineno, None, f"invalid JSON: {exc.msg}") from None
+        except RecursionError:
+            raise TraceFormatError(path, None, None, "invalid JSON: nested too deeply") from None
         if not isinstance(records, list):
             raise TraceFormatError(path, 1, None, "expected a JSON array of job records")
         starts = _record_lines(text, len(records))
@@ -68,8 +70,8 @@ class HeliosTrace:
                 if field not in rec:
                     raise TraceFormatError(path, line, field, "is missing")
             gpus.append(integer(path, line, "max_parallelism", rec["max_parallelism"]))
-            arr.append(number(path, line, "arrival_time", rec["arrival_time"], positive=False))
-            dur.append(number(path, line, "duration", rec["duration"], positive=True))
+            arr.append(seconds(path, line, "arrival_time", rec["arrival_time"], positive=False))
+            dur.append(seconds(path, line, "duration", rec["duration"], positive=True))
             names.append(str(rec.get("job_id", len(names))))
             models.append(str(rec["model"]))
         gpus_arr = np.asarray(gpus, dtype=np.int64)

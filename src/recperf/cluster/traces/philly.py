@@ -12,7 +12,7 @@ from recperf.cluster.base import TRACE_LOADERS
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.network import comm_s, solve_spread_bytes
 from recperf.cluster.topology import Cluster, Level
-from recperf.cluster.traces.common import bundled, integer, number, read_trace
+from recperf.cluster.traces.common import bundled, integer, number, read_trace, seconds
 from recperf.core.errors import RecperfError, TraceFormatError
 
 FIELDS = (
@@ -38,7 +38,7 @@ def _parse_line(path: Path, lineno: int, line: str) -> tuple[str, float, float, 
     return (
         parts[0],
         number(path, lineno, "total_steps", col["total_steps"], positive=True),
-        number(path, lineno, "arrival_time_s", col["arrival_time_s"], positive=False),
+        seconds(path, lineno, "arrival_time_s", col["arrival_time_s"], positive=False),
         integer(path, lineno, "scale_factor", col["scale_factor"]),
     )
 
@@ -49,7 +49,7 @@ class Throughputs:
     def __init__(self, path: Path, gpu_type: str) -> None:
         try:
             data: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RecperfError(f"{path}: cannot read throughputs: {exc}") from None
         if gpu_type not in data or f"{gpu_type}_unconsolidated" not in data:
             gpus = sorted(k for k in data if not k.endswith("_unconsolidated"))

@@ -11,6 +11,7 @@ import numpy as np
 
 from recperf.cluster.base import TRACE_LOADERS
 from recperf.cluster.jobs import JobTable
+from recperf.cluster.limits import MAX_TRACE_S
 from recperf.cluster.models import grad_bytes_for
 from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topology import Cluster
@@ -49,27 +50,28 @@ class SyntheticConfig:
     jobs: int = 1000
     """Number of jobs."""
     load: float = 0.8
-    """Offered load: arrival rate x mean GPU-seconds per job / cluster GPUs."""
+    """Offered load: arrival rate x mean GPU-seconds per job / cluster GPUs (1e-6 to 100)."""
     gpus_per_job: str = "1:0.6,2:0.1,4:0.15,8:0.15"
     """Fixed GPU count ('4') or a weighted mix ('1:0.6,4:0.3,8:0.1')."""
     duration_dist: Literal["exp", "lognormal"] = "exp"
     """Distribution of job run time at the tightest placement."""
     mean_duration_s: float = 3600.0
-    """Mean job run time, seconds."""
+    """Mean job run time, seconds (1e-3 to 10 years)."""
     lognormal_sigma: float = 1.5
     """Shape of the lognormal durations (its mean stays mean_duration_s)."""
     iter_s_min: float = 0.05
-    """Fastest per-iteration time (log-uniform between min and max)."""
+    """Fastest per-iteration time (log-uniform between min and max; 1e-6 to 3600 s)."""
     iter_s_max: float = 0.5
     """Slowest per-iteration time."""
 
     def __post_init__(self) -> None:
+        # Finite and bounded, so that the arrival rate and durations derived from them are too.
         check_range("jobs", self.jobs, 1, 10_000_000)
-        check_range("load", self.load, 0.0, 100.0, lo_open=True)
-        check_range("mean_duration_s", self.mean_duration_s, 0.0, None, lo_open=True)
+        check_range("load", self.load, 1e-6, 100.0)
+        check_range("mean_duration_s", self.mean_duration_s, 1e-3, MAX_TRACE_S)
         check_range("lognormal_sigma", self.lognormal_sigma, 0.0, 10.0, lo_open=True)
-        check_range("iter_s_min", self.iter_s_min, 0.0, None, lo_open=True)
-        check_range("iter_s_max", self.iter_s_max, self.iter_s_min, None)
+        check_range("iter_s_min", self.iter_s_min, 1e-6, 3_600.0)
+        check_range("iter_s_max", self.iter_s_max, self.iter_s_min, 3_600.0)
         parse_mix(self.gpus_per_job)
 
 

@@ -13,7 +13,7 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.models import grad_bytes_for
 from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topology import Cluster
-from recperf.cluster.traces.common import integer, number, read_trace
+from recperf.cluster.traces.common import integer, number, read_trace, seconds
 from recperf.core.errors import TraceFormatError
 
 REQUIRED = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration")
@@ -29,6 +29,13 @@ class TiresiasTrace:
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
         path, text = read_trace(source, "tiresias/trace-480.csv")
         reader = csv.DictReader(text.splitlines())
+        try:
+            return self._parse(path, reader, cluster)
+        except csv.Error as exc:  # a NUL byte, an overlong field ...
+            raise TraceFormatError(path, reader.line_num or None, None, f"bad CSV: {exc}") from None
+
+    @staticmethod
+    def _parse(path: Path, reader: csv.DictReader[str], cluster: Cluster) -> JobTable:
         missing = [f for f in REQUIRED if f not in (reader.fieldnames or [])]
         if missing:
             raise TraceFormatError(path, 1, missing[0], "missing from the header")
@@ -39,10 +46,10 @@ class TiresiasTrace:
             line = reader.line_num
             cols["gpus"].append(integer(path, line, "num_gpu", row["num_gpu"]))
             cols["arr"].append(
-                number(path, line, "submit_time", row["submit_time"], positive=False)
+                seconds(path, line, "submit_time", row["submit_time"], positive=False)
             )
             cols["iters"].append(number(path, line, "iterations", row["iterations"], positive=True))
-            cols["dur"].append(number(path, line, "duration", row["duration"], positive=True))
+            cols["dur"].append(seconds(path, line, "duration", row["duration"], positive=True))
             names.append(str(row["job_id"]))
             models.append(str(row["model_name"]))
         gpus_arr = np.asarray(cols["gpus"], dtype=np.int64)
