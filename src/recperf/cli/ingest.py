@@ -3,22 +3,59 @@ simulate tuners on a pipeline model."""
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from recperf.cli.common import err_console
+from recperf.cli.common import err_console, show
 from recperf.cli.options import Flag, Settings, command
 from recperf.core.config import from_mapping
-from recperf.core.progress import progress_bar
-from recperf.ingest.data.criteo import FORMATS, GenerateConfig, generate
+from recperf.core.errors import ConfigError
+from recperf.core.progress import ProgressFn, progress_bar
+from recperf.ingest.data.criteo import FORMATS, MAX_ROWS, GenerateConfig, generate
 from recperf.ingest.live.batch import PipelineConfig
 
 app = typer.Typer(
     help="DLRM training-data ingestion: data, the live pipeline, tuners.", no_args_is_help=True
 )
+
+
+@contextmanager
+def _progress(description: str) -> Iterator[ProgressFn]:
+    """A progress bar that starts at the first update, so that input found bad before any
+    work (checked by the library first) prints its one error line and nothing else."""
+    with ExitStack() as stack:
+        bar: ProgressFn | None = None
+
+        def update(frac: float) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = stack.enter_context(progress_bar(description))
+            bar(frac)
+
+        yield update
+        update(1.0)
+
+
+def _rows(text: str) -> int:
+    """``--rows``: a whole number, also written as 2e4 or 20_000."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value != int(value):
+        raise ConfigError(f"--rows {text!r}: expected a whole number of rows, 1..{MAX_ROWS:.0e}")
+    return int(value)
 
 
 @command(
@@ -27,27 +64,36 @@ app = typer.Typer(
 )  # fmt: skip
 def generate_cmd(
     settings: Settings,
-    rows: int = typer.Option(..., help="Total rows over all shards."),
+    rows: str = typer.Option(
+        ..., metavar="INTEGER", help=f"Total rows over all shards (1..{MAX_ROWS:.0e}; 2e4 works)."
+    ),
     fmt: str = typer.Option("parquet", "--format", help=f"Output format: {', '.join(FORMATS)}."),
     shards: int = typer.Option(1, help="Number of output files."),
     seed: int = typer.Option(0, help="Same seed, rows and shards give byte-identical files."),
     gzip: bool = typer.Option(False, "--gzip", help="TSV only: gzip each shard."),
-    zipf_exponent: float = typer.Option(1.1, help="Skew of the categorical ids (power law)."),
+    zipf_exponent: float = typer.Option(
+        1.1, help="Skew of the categorical ids (power law; > 0, at most 10)."
+    ),
 ) -> None:
     """Generate synthetic Criteo-format rows (label, I1..I13, C1..C26) as Parquet or TSV."""
     config = GenerateConfig(
-        rows=rows, shards=shards, seed=seed, format=fmt, gzip=gzip, zipf_exponent=zipf_exponent
+        rows=_rows(rows),
+        shards=shards,
+        seed=seed,
+        format=fmt,
+        gzip=gzip,
+        zipf_exponent=zipf_exponent,
     )
     out = settings.out
     assert out is not None
     t0 = time.perf_counter()
-    with progress_bar(f"generating {rows:,} rows") as bar:
+    with _progress(f"generating {config.rows:,} rows") as bar:
         manifest = generate(config, out, progress=bar)
     wall = time.perf_counter() - t0
-    rate = rows / max(wall, 1e-9)
+    rate = config.rows / max(wall, 1e-9)
     settings.emit({**manifest, "wall_s": wall, "throughput_rows_per_s": rate}, name=None)
     err_console.print(
-        f"{rows:,} rows in {config.shards} {config.format} shard(s) in {wall:.2f} s "
+        f"{config.rows:,} rows in {config.shards} {config.format} shard(s) in {wall:.2f} s "
         f"({rate:,.0f} rows/s); manifest in {out / 'manifest.json'}"
     )
 
@@ -62,8 +108,12 @@ def simulate_cmd(
     ),
     tuner: str = typer.Option("intune", help="Tuner name or package.module:attr."),
     seed: int = typer.Option(0, help="Seed of the tuner and the simulated measurement noise."),
-    budget_s: float = typer.Option(200.0, help="Tuning budget, simulated seconds (1 s windows)."),
-    noise: float = typer.Option(0.02, help="Relative noise of each simulated measurement."),
+    budget_s: float = typer.Option(
+        200.0, help="Tuning budget, simulated seconds (1 s windows; > 0, at most 100000)."
+    ),
+    noise: float = typer.Option(
+        0.02, help="Relative noise of each simulated measurement (0..0.5)."
+    ),
 ) -> None:
     """Tune a simulated ingestion pipeline and compare with the LP bound."""
     from recperf.ingest.tuning import simulate
@@ -101,6 +151,8 @@ def pretrain_cmd(
 
     out = settings.out
     assert out is not None
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: is a directory; expected the weights file to write")
     net, meta = dqn.pretrain(episodes, seed)
     args = ["--episodes", str(episodes), "--seed", str(seed), "--out", str(out)]
     meta["command"] = "recperf ingest pretrain " + shlex.join(args)
@@ -132,7 +184,7 @@ PIPELINE_HELP = "pipeline (PipelineConfig: batch_size, chunk_rows, read_concurre
 
 
 _DATA = typer.Option(..., help="Criteo data: a Parquet / TSV(.gz) file or a directory of shards.")
-_CORES = typer.Option(None, help="Cores to share among the stages (default: all).")
+_CORES = typer.Option(None, help="Cores to share among the stages, >= 1 (default: all).")
 
 
 @command(
@@ -147,7 +199,9 @@ def run_cmd(
         "dealt round-robin), auto (tune a few seconds with plumber, then run) or an allocation "
         "TOML from `ingest tune`.",
     ),
-    seconds: float = typer.Option(10.0, help="Seconds to measure (after a 1 s warm-up)."),
+    seconds: float = typer.Option(
+        10.0, help="Seconds to measure (after a 1 s warm-up; > 0, at most a day)."
+    ),
     cores: int | None = _CORES,
 ) -> None:
     """Run the live pipeline and report throughput, per-stage metrics, hand-off and consumer
@@ -155,12 +209,14 @@ def run_cmd(
     from recperf.ingest import api
 
     cfg = from_mapping(PipelineConfig, settings.resolve(["pipeline"])["pipeline"], "pipeline")
-    with progress_bar(f"running the pipeline for {seconds:g} s") as bar:
+    with _progress(f"running the pipeline for {seconds:g} s") as bar:
         out = api.run(data, alloc, cfg, seconds, cores=cores, progress=bar)
     settings.emit(out)
     table = Table(
-        title=f"{out['throughput_rows_per_s']:,.0f} rows/s over {out['seconds']:.1f} s; "
-        f"{out['allocation']['label']}"
+        title=Text(
+            f"{out['throughput_rows_per_s']:,.0f} rows/s over {out['seconds']:.1f} s; "
+            f"{out['allocation']['label']}"
+        )
     )
     for col in ("stage", "workers", "rows/s", "busy", "queue fill", "CPU µs/row"):
         table.add_column(col, justify="left" if col == "stage" else "right")
@@ -168,7 +224,7 @@ def run_cmd(
         cost = "-" if s["cost_us_per_row"] is None else f"{s['cost_us_per_row']:.2f}"
         table.add_row(s["stage"], str(s["workers"]), f"{s['rows_per_s']:,.0f}",
                       f"{s['busy_frac']:.0%}", f"{s['queue_fill']:.0%}", cost)  # fmt: skip
-    err_console.print(table)
+    show(table)
     err_console.print(
         f"peak memory {out['peak_memory_bytes'] / 2**20:,.0f} MiB of "
         f"{out['memory_budget_bytes'] / 2**20:,.0f} MiB; {out['restarts']} worker restarts; "
@@ -191,10 +247,10 @@ def tune_cmd(
     settings: Settings,
     data: Path = _DATA,
     tuner: str = typer.Option("intune", help="static, autotune, plumber, intune, oracle, or M:A."),
-    budget_s: float = typer.Option(60.0, help="Seconds of live tuning."),
+    budget_s: float = typer.Option(60.0, help="Seconds of live tuning (> 0, at most a day)."),
     cores: int | None = _CORES,
-    warmup_s: float = typer.Option(2.0, help="Seconds of running before tuning starts."),
-    final_s: float = typer.Option(4.0, help="Seconds measuring the chosen allocation."),
+    warmup_s: float = typer.Option(2.0, help="Seconds of running before tuning starts (>= 0)."),
+    final_s: float = typer.Option(4.0, help="Seconds measuring the chosen allocation (> 0)."),
 ) -> None:
     """Tune the live pipeline's cuts and workers; write the allocation `run --alloc` reads."""
     from recperf.ingest import api

@@ -10,9 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from recperf.core.errors import ConfigError
+from recperf.core.config import check_range
+from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.results import write_json
-from recperf.ingest.base import Allocation, Measurement
+from recperf.ingest.base import Allocation, Measurement, check_cores
 from recperf.ingest.live.batch import PipelineConfig
 from recperf.ingest.live.executor import Pipeline
 from recperf.ingest.live.target import (
@@ -28,6 +29,8 @@ from recperf.ingest.tuners.base import TUNERS, check_tuner
 from recperf.ingest.tuning import allocation_summary
 
 Progress = Callable[[float], None]
+MAX_SECONDS = 86_400.0
+"""The longest live run, tuning budget, warm-up or final measurement taken (a day)."""
 
 
 def stage_table(names: tuple[str, ...], m: Measurement) -> list[dict[str, Any]]:
@@ -65,8 +68,8 @@ def auto_allocation(
 ) -> Allocation:
     """A short live tuning (``tuner`` for ``tune_s`` seconds, after a 1-s warm-up) on a
     pipeline of its own; its choice."""
-    if not tune_s > 0:
-        raise ConfigError(f"tune_s = {tune_s!r}: expected > 0")
+    check_range("tune_s", tune_s, 0.0, MAX_SECONDS, lo_open=True)
+    check_cores(cores)
     impl = TUNERS.build(tuner)
     with Pipeline(data, _repeating(config), cores=cores) as p:
         target = LiveTarget(p, settle_s=0.3, warmup_s=1.0)
@@ -85,8 +88,9 @@ def run(
 ) -> dict[str, Any]:
     """Consume the pipeline for ``warmup_s`` then ``seconds``; throughput and per-stage metrics
     over the timed part (the pipeline repeats epochs so the window is never cut short)."""
-    if seconds <= 0:
-        raise ConfigError(f"seconds = {seconds}: expected > 0")
+    check_range("seconds", seconds, 0.0, MAX_SECONDS, lo_open=True)
+    check_range("warmup_s", warmup_s, 0.0, MAX_SECONDS)
+    check_cores(cores)
     cfg = _repeating(config)
     allocation = resolve_allocation(alloc, cfg.stage_names())
     tuned_s = 0.0
@@ -106,6 +110,8 @@ def run(
             if progress is not None:
                 progress(min(1.0, (now - t0) / seconds))
         b = p.snapshot()
+        if b.rows_out == a.rows_out:
+            raise RecperfError(f"{data}: the pipeline delivered no rows in {seconds:g} s")
         m = window_measurement(a, b, p.allocation)
         return {
             "data": str(data),
@@ -154,8 +160,11 @@ def tune(
     within ``budget_s``, measure the choice for ``final_s``, and write ``allocation.toml``,
     ``calibrated.toml`` (a simulator spec from the measured stage costs) and ``summary.json``
     under ``out``."""
-    if budget_s <= 0:
-        raise ConfigError(f"budget_s = {budget_s}: expected > 0")
+    check_range("budget_s", budget_s, 0.0, MAX_SECONDS, lo_open=True)
+    check_range("warmup_s", warmup_s, 0.0, MAX_SECONDS)
+    check_range("final_s", final_s, 0.0, MAX_SECONDS, lo_open=True)
+    check_range("settle_s", settle_s, 0.0, MAX_SECONDS)
+    check_cores(cores)
     impl = TUNERS.build(tuner, options)
     cfg = _repeating(config)
     with Pipeline(data, cfg, cores=cores) as p:
@@ -164,6 +173,11 @@ def tune(
         result = check_tuner(impl, target, budget_s, seed)
         tuning_s = target.elapsed_s()
         final = target.measure(result.allocation, final_s)
+        if not final.throughput_rows_per_s > 0:
+            raise RecperfError(
+                f"{data}: the chosen allocation delivered no rows in final_s = {final_s:g} s; "
+                "nothing written"
+            )
         spec = calibrate(target, name=f"calibrated-{Path(data).name}")
         bound = lp_bound(spec)
         names = p.stage_names

@@ -11,6 +11,16 @@ from typing import Protocol, runtime_checkable
 
 from recperf.core.errors import ConfigError
 
+MAX_CORES = 1024
+
+
+def check_cores(cores: int | None) -> None:
+    """``cores`` is None (all of this machine's) or 1..MAX_CORES; 0 never means all."""
+    if cores is not None and not 1 <= cores <= MAX_CORES:
+        raise ConfigError(
+            f"cores = {cores!r}: expected 1..{MAX_CORES}, or leave it out for all cores"
+        )
+
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Allocation:

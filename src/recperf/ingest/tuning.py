@@ -8,10 +8,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from recperf.core.config import check_range
 from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
 from recperf.ingest.sim.target import SimTarget
 from recperf.ingest.tuners.base import TUNERS, TuneResult, check_tuner
+
+MAX_SIM_BUDGET_S = 100_000.0
+"""The longest simulated tuning budget ``simulate`` takes (one window per simulated second)."""
 
 
 def allocation_summary(alloc: Allocation, stage_names: Sequence[str]) -> dict[str, Any]:
@@ -64,6 +68,8 @@ def simulate(
     ``stage_workers`` lists each stage's workers (its segment's) and ``workers`` / ``cuts``
     the list form that ``Allocation(workers=..., cuts=...)`` takes back; ``history`` is every
     measurement (``history_summary``) and ``found_at_s`` when the chosen one was first made."""
+    check_range("budget_s", budget_s, 0.0, MAX_SIM_BUDGET_S, lo_open=True)
+    check_range("seed", seed, 0, 2**63 - 1)
     pipeline = spec if isinstance(spec, sim.PipelineSpec) else sim.load_spec(spec)
     target = SimTarget(pipeline, seed=seed, noise=noise)
     result = check_tuner(TUNERS.build(tuner, options), target, budget_s, seed)

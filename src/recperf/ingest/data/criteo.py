@@ -7,6 +7,7 @@ import dataclasses
 import gzip
 import hashlib
 import re
+import shutil
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -69,7 +70,15 @@ BLOCK_ROWS = 65_536
 FORMATS = ("parquet", "tsv")
 _M32 = np.uint64(0xFFFFFFFF)
 _HEX = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), np.uint16)
+MAX_ROWS = 10**10
+"""The most rows ``generate`` writes (about twice Criteo Terabyte's 4.4 billion)."""
+MAX_SHARDS = 100_000
+MIN_BYTES_PER_ROW = {"parquet": 12, "tsv": 200, "tsv.gz": 12}
+"""Fewest bytes a generated row takes on disk per format (measured: 16, 243, 16 at the most
+skewed ids, zipf_exponent 10; 70-95, 243 at the default): the free-space check's lower bound."""
 _SHARD_RE = re.compile(r"^part-\d{5}\.(parquet|tsv|tsv\.gz)$")
+_TMP_SHARD_RE = re.compile(r"^\.part-\d{5}\.(parquet|tsv|tsv\.gz)\.\w+\.tmp$")
+"""A shard being written (atomic_path's name); one left by a killed run is removed."""
 
 
 @dataclasses.dataclass(kw_only=True, slots=True, frozen=True)
@@ -77,7 +86,7 @@ class GenerateConfig:
     """What ``generate`` writes."""
 
     rows: int
-    """Total rows over all shards."""
+    """Total rows over all shards (1..MAX_ROWS, 10**10)."""
     shards: int = 1
     """Number of output files; rows are split as evenly as possible, in order."""
     seed: int = 0
@@ -90,8 +99,8 @@ class GenerateConfig:
     """Exponent of the bounded power law over each categorical feature's ids."""
 
     def __post_init__(self) -> None:
-        check_range("rows", self.rows, 1, None)
-        check_range("shards", self.shards, 1, self.rows)
+        check_range("rows", self.rows, 1, MAX_ROWS)
+        check_range("shards", self.shards, 1, min(self.rows, MAX_SHARDS))
         check_range("seed", self.seed, 0, 2**63 - 1)
         check_range("zipf_exponent", self.zipf_exponent, 0.0, 10.0, lo_open=True)
         if self.format not in FORMATS:
@@ -106,6 +115,22 @@ class GenerateConfig:
     def shard_bounds(self, k: int) -> tuple[int, int]:
         """Rows [start, stop) of the stream that shard k holds."""
         return k * self.rows // self.shards, (k + 1) * self.rows // self.shards
+
+
+def check_free_space(config: GenerateConfig, out: str | Path) -> None:
+    """Refuse up front when ``out``'s file system cannot hold the shards even at their smallest
+    (``MIN_BYTES_PER_ROW``), rather than fill the disk hours later."""
+    where = Path(out).absolute()
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    ext = config.shard_name(0).partition(".")[2]
+    need = config.rows * MIN_BYTES_PER_ROW[ext]
+    free = shutil.disk_usage(where).free
+    if need > free:
+        raise ConfigError(
+            f"rows = {config.rows:,} needs at least {need / 2**30:,.1f} GiB of {ext} shards in "
+            f"{out}, which has {free / 2**30:,.1f} GiB free"
+        )
 
 
 def zipf_ids(rng: np.random.Generator, n: int, cardinality: int, exponent: float) -> np.ndarray:
@@ -223,10 +248,11 @@ def generate(
     """Write the shards, then manifest.json last; returns the manifest. Any manifest and shards
     (``part-NNNNN.*``) already in ``out`` are removed first so a crash never looks complete."""
     out = Path(out)
+    check_free_space(config, out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").unlink(missing_ok=True)
     for old in out.iterdir():
-        if _SHARD_RE.match(old.name):
+        if _SHARD_RE.match(old.name) or _TMP_SHARD_RE.match(old.name):
             old.unlink()
     shards: list[dict[str, Any]] = []
     done = 0

@@ -56,6 +56,7 @@ class PipelineConfig:
         check_range("shuffle_window", self.shuffle_window, 0, None)
         check_range("queue_batches", self.queue_batches, 1, None)
         check_range("chunk_rows", self.chunk_rows, 1, None)
+        check_range("seed", self.seed, 0, 2**63 - 1)
         if self.epochs is not None:
             check_range("epochs", self.epochs, 1, None)
         check_range("memory_budget_gib", self.memory_budget_gib, 0.0, None, lo_open=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from torch.utils.data import IterableDataset, get_worker_info
 
 from recperf.core.errors import ConfigError
-from recperf.ingest.base import Allocation
+from recperf.ingest.base import Allocation, check_cores
 from recperf.ingest.live.batch import Batch, PipelineConfig
 from recperf.ingest.live.executor import Pipeline
 
@@ -40,6 +40,7 @@ class PipelineDataset(IterableDataset[Batch]):
         if isinstance(allocation, str) and allocation not in ("fused", "even", "auto"):
             raise ConfigError(f"allocation = {allocation!r}: expected fused, even, auto or an "
                               "Allocation")  # fmt: skip
+        check_cores(cores)
         self.data = data
         self.config = config or PipelineConfig()
         self.allocation = allocation

@@ -12,7 +12,12 @@ from pathlib import Path
 from recperf.core.config import check_range, load_toml
 from recperf.core.errors import ConfigError
 from recperf.core.results import atomic_path
-from recperf.ingest.base import Allocation, AllocationRefused, Measurement, segment_caps
+from recperf.ingest.base import (
+    Allocation,
+    AllocationRefused,
+    Measurement,
+    segment_caps,
+)
 from recperf.ingest.live.batch import Snapshot, rate
 from recperf.ingest.live.dispatch import MIB
 from recperf.ingest.live.executor import Pipeline

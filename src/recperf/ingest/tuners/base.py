@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, ContractError
 from recperf.core.registry import Registry
 from recperf.ingest.base import Allocation, Measurement, Target, segment_caps
@@ -86,6 +87,7 @@ def check_tuner(
       history, throughput, refusals, tuning time). Without it (the live pipeline, which cannot
       be repeated) determinism is not checked.
     """
+    check_range("budget_s", budget_s, 0.0, None, lo_open=True)
     where = f"tuner {tuner.name!r}"
     start_s = target.elapsed_s()
     result = tuner.tune(target, budget_s, seed)
@@ -184,8 +186,8 @@ class TuneLog:
     kept normalized (``Allocation.normalized``), so the same cuts spelled two ways are one."""
 
     def __init__(self, target: Target, budget_s: float, window_s: float) -> None:
-        if budget_s <= 0 or window_s <= 0:
-            raise ConfigError(f"budget_s = {budget_s!r} and window_s = {window_s!r} must be > 0")
+        check_range("budget_s", budget_s, 0.0, None, lo_open=True)
+        check_range("window_s", window_s, 0.0, None, lo_open=True)
         self.target = target
         self.n_stages = len(target.stage_names)
         self.budget_s = budget_s

@@ -157,6 +157,7 @@ def pretrain(
 ) -> tuple[QNet, dict[str, Any]]:
     """Train a QNet from scratch on ``episodes`` random simulated pipelines (seeded)."""
     check_range("episodes", episodes, 1, 10**6)
+    check_range("seed", seed, 0, 2**63 - 1)
     with one_thread():
         return _pretrain(episodes, seed, episode_steps, config or DQNConfig(), eps_start, eps_end)
 
