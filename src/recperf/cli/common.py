@@ -60,9 +60,14 @@ STDOUT = _Stdout()
 
 def print_table(title: str, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> None:
     """A rich table with one row per mapping, on stdout (on stderr when stdout carries JSON)."""
-    table = Table(title=title)
+    table = Table(title=Text(title))  # titles hold user paths: never markup
     for col in columns:
         table.add_column(col, justify="left" if col in LEFT_COLUMNS else "right")
     for row in rows:
         table.add_row(*(Text(fmt(row.get(col, ""))) for col in columns))
+    show(table)
+
+
+def show(table: Table) -> None:
+    """A result table: on stdout, unless --json owns stdout (then on stderr)."""
     (err_console if STDOUT.json else console).print(table)

@@ -85,11 +85,13 @@ class Settings:
         merged: dict[str, dict[str, Any]] = {s: {} for s in allowed}
         for table, values in self.tables.items():
             scope = renamed.get(table, table)
-            if scope not in merged:
-                names = ", ".join([*allowed, *renamed]) or "none"
-                raise ConfigError(f"{self.config}: unknown table [{table}]; allowed: {names}")
+            names = ", ".join([*allowed, *renamed]) or "none"
             if not isinstance(values, Mapping):
-                raise ConfigError(f"{self.config}: [{table}] must be a table of key = value")
+                raise ConfigError(
+                    f"{self.config}: {table!r} must sit in a [SCOPE] table; scopes: {names}"
+                )
+            if scope not in merged:
+                raise ConfigError(f"{self.config}: unknown table [{table}]; allowed: {names}")
             merged[scope].update(values)
         for scope, values in parse_sets(self.sets, allowed).items():
             merged[scope].update(values)

@@ -72,11 +72,16 @@ class ProfileConfig:
             raise ConfigError(f"ranks = {self.ranks}: must be a multiple of nodes = {self.nodes}")
         netem.parse_bandwidth(self.bandwidth)
         check_range("iters", self.iters, 1, None)
+        check_range("warmup", self.warmup, 0, None)
         check_range("batch_size", self.batch_size, 1, None)
+        check_range("seed", self.seed, 0, 2**63 - 1)
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device = {self.device!r}: expected cpu or cuda")
         if self.threads is not None:
             check_range("threads", self.threads, 1, None)
+        check_range("delay_ms", self.delay_ms, 0.0, None)
+        check_range("timeout_s", self.timeout_s, 0.0, None, lo_open=True)
+        check_range("torch_trace_iters", self.torch_trace_iters, 0, self.iters)
 
     @property
     def threads_per_rank(self) -> int:
