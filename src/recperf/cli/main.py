@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import typer
+from typer._click import exceptions as click_exceptions  # typer ships its own click
 
 from recperf import __version__
 from recperf.cli import cluster, embed, ingest, stalls
@@ -57,19 +58,17 @@ def main() -> None:
     _catch_signals()
     try:
         rc = app(standalone_mode=False)
-    except _USAGE_ERROR as exc:  # a flag click cannot parse: one line, as our own errors are
+    except click_exceptions.UsageError as exc:  # a flag click cannot parse: one line, like ours
         _usage_error(exc)
-    except (KeyboardInterrupt, typer.Abort):  # click turns an interrupt into Abort
+    except KeyboardInterrupt:  # raised outside typer's own handling of it
         _interrupted()
     except SystemExit:
         if _received is not None:
             _interrupted()
         raise
+    if _received is not None:  # typer turned the interrupt into exit code 130
+        _interrupted()
     raise SystemExit(rc if isinstance(rc, int) else 0)
-
-
-# typer ships its own click; its UsageError (bad value, missing or unknown option) is not public
-_USAGE_ERROR: type[Exception] = type(typer.BadParameter("x")).__mro__[1]
 
 
 def _usage_error(exc: Exception) -> NoReturn:
