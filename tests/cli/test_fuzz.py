@@ -42,7 +42,7 @@ class Case:
     path: tuple[str, ...]
     base: tuple[str, ...]
     skip: frozenset[str] = frozenset()
-    examples: int = 12
+    examples: int = 25
 
 
 def _cases(data: Path, prof: Path, model: Path) -> list[Case]:
@@ -323,7 +323,7 @@ def test_a_corrupted_bundled_input_is_one_line_or_accepted(
     counter = iter(range(10**6))
 
     @settings(
-        max_examples=6 if "run" in args else 12, deadline=None, derandomize=True, database=None,
+        max_examples=6 if "run" in args else 25, deadline=None, derandomize=True, database=None,
         suppress_health_check=list(HealthCheck),
     )  # fmt: skip
     @given(st.data())
