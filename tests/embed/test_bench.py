@@ -191,3 +191,19 @@ def test_cli_check_and_bench() -> None:
     ]
     res = cli.invoke(app, ["embed", "bench", "--dtype", "int8"])
     assert res.exit_code == 2 and "--dtype 'int8'" in res.output
+
+
+def test_an_unwritable_autotune_cache_fails_before_any_timing(tmp_path: Path) -> None:
+    tables = random_tables(TINY, torch.float32, "cpu", seed=0)
+    lookups = make_lookups(
+        TINY, traces.resolve("uniform", rows=30, tables=3, lookups=100), 1, "cpu"
+    )
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    ticks: list[float] = []
+    with pytest.raises(ConfigError, match=r"a-file/sub/tune\.json: cannot create its directory"):
+        at.autotune(
+            tables, lookups, variants=["torch"], reps=1, cache=blocker / "sub" / "tune.json",
+            progress=ticks.append,
+        )  # fmt: skip
+    assert ticks == []  # nothing was timed

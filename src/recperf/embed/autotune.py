@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from recperf.core.errors import RecperfError
+from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.results import atomic_path
 from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables
 from recperf.embed.timing import median_s
@@ -132,6 +132,8 @@ def autotune(
     store = _load(cache)
     if key in store:
         return TuneResult(**store[key], cached=True)
+    if cache is not None:  # fail before the timing, not after it
+        _check_writable(cache)
     want = KERNELS.build("torch", None, tables)(lookups[0])
     fixed = options or {}
     plan = [
@@ -162,6 +164,22 @@ def autotune(
         with atomic_path(cache) as tmp:
             tmp.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
     return result
+
+
+def _check_writable(cache: Path) -> None:
+    """The cache's directory exists or can be made, and takes new files."""
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"autotune cache {cache}: cannot create its directory ({exc.strerror}); "
+            "set XDG_CACHE_HOME to a writable directory"
+        ) from None
+    if not os.access(cache.parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"autotune cache {cache}: its directory is not writable; "
+            "set XDG_CACHE_HOME to a writable directory"
+        )
 
 
 def _load(cache: Path | None) -> dict[str, Any]:
