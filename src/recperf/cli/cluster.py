@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from recperf.cluster.traces import BUNDLED
 from recperf.cluster.traces.synthetic import SyntheticConfig
 from recperf.core.config import check_range, from_mapping, parse_floats, parse_names, parse_seeds
 from recperf.core.errors import ConfigError
-from recperf.core.progress import ProgressFn, progress_bar
+from recperf.core.progress import progress_bar, progress_from_first_update
 
 app = typer.Typer(help="GPU-cluster scheduling simulator on real traces.", no_args_is_help=True)
 
@@ -230,22 +229,6 @@ def compare_cmd(
     print_table(title, rows, TABLE_COLUMNS)
 
 
-@contextmanager
-def progress_once_started(description: str) -> Iterator[ProgressFn]:
-    """A progress bar shown from the first report on, so that bad input found before the work
-    starts is the only line printed."""
-    with ExitStack() as stack:
-        bar: ProgressFn | None = None
-
-        def report(frac: float) -> None:
-            nonlocal bar
-            if bar is None:
-                bar = stack.enter_context(progress_bar(description))
-            bar(frac)
-
-        yield report
-
-
 def seed_count(text: str) -> int:
     """How many seeds ``--seeds`` lists, counted without listing them (0 for what
     ``parse_seeds`` will reject)."""
@@ -371,7 +354,7 @@ def sweep_cmd(
     n = sweep.size
     out = settings.out
     assert out is not None
-    with progress_once_started(f"{n} runs ({backend})") as bar:
+    with progress_from_first_update(f"{n} runs ({backend})") as bar:
         result = run_sweep(
             sweep, backend=backend, workers=workers, address=address, keep_jobs=keep_jobs,
             progress=bar,

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import typer
@@ -17,30 +15,13 @@ from recperf.cli.common import err_console, show
 from recperf.cli.options import Flag, Settings, command
 from recperf.core.config import from_mapping
 from recperf.core.errors import ConfigError
-from recperf.core.progress import ProgressFn, progress_bar
+from recperf.core.progress import progress_from_first_update
 from recperf.ingest.data.criteo import FORMATS, MAX_ROWS, GenerateConfig, generate
 from recperf.ingest.live.batch import PipelineConfig
 
 app = typer.Typer(
     help="DLRM training-data ingestion: data, the live pipeline, tuners.", no_args_is_help=True
 )
-
-
-@contextmanager
-def _progress(description: str) -> Iterator[ProgressFn]:
-    """A progress bar that starts at the first update, so that input found bad before any
-    work (checked by the library first) prints its one error line and nothing else."""
-    with ExitStack() as stack:
-        bar: ProgressFn | None = None
-
-        def update(frac: float) -> None:
-            nonlocal bar
-            if bar is None:
-                bar = stack.enter_context(progress_bar(description))
-            bar(frac)
-
-        yield update
-        update(1.0)
 
 
 def _rows(text: str) -> int:
@@ -87,7 +68,7 @@ def generate_cmd(
     out = settings.out
     assert out is not None
     t0 = time.perf_counter()
-    with _progress(f"generating {config.rows:,} rows") as bar:
+    with progress_from_first_update(f"generating {config.rows:,} rows") as bar:
         manifest = generate(config, out, progress=bar)
     wall = time.perf_counter() - t0
     rate = config.rows / max(wall, 1e-9)
@@ -209,7 +190,7 @@ def run_cmd(
     from recperf.ingest import api
 
     cfg = from_mapping(PipelineConfig, settings.resolve(["pipeline"])["pipeline"], "pipeline")
-    with _progress(f"running the pipeline for {seconds:g} s") as bar:
+    with progress_from_first_update(f"running the pipeline for {seconds:g} s") as bar:
         out = api.run(data, alloc, cfg, seconds, cores=cores, progress=bar)
     settings.emit(out)
     table = Table(

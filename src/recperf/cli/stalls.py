@@ -3,7 +3,6 @@ communication model, recommend a cloud setup, analyse torchrun runs, clean up na
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import typer
 
 from recperf.cli.common import err_console, one_line_errors, print_table
 from recperf.cli.options import Flag, Settings, command
-from recperf.core.config import from_mapping
+from recperf.core.config import from_mapping, load_json_object
 from recperf.core.errors import ConfigError
 from recperf.core.progress import progress_bar
 
@@ -34,14 +33,7 @@ FIGURES = (
 
 def _summary_file(directory: Path) -> dict[str, Any]:
     path = directory / "summary.json" if directory.is_dir() else directory
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ConfigError(f"{path}: not a profile summary: {why}") from None
-    if not isinstance(data, dict):
-        why = f"expected a JSON object, got {type(data).__name__}"
-        raise ConfigError(f"{path}: not a profile summary: {why}")
+    data = load_json_object(path, "a profile summary")
     return data
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import tomllib
 import types
@@ -34,6 +35,20 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{p}: is a directory, not a TOML file") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read: {exc.strerror or exc}") from None
+
+
+def load_json_object(path: str | Path, what: str) -> dict[str, Any]:
+    """A JSON file holding one object; unreadable, not JSON or not an object is one ConfigError
+    ``PATH: not WHAT: why``."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError(f"{p}: not {what}: {why}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: not {what}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def _coerce(value: Any, tp: Any, where: str) -> Any:

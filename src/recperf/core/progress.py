@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -43,6 +43,22 @@ def progress_bar(description: str, enabled: bool = True) -> Iterator[ProgressFn]
     ) as prog:
         task = prog.add_task(description, total=1.0)
         yield lambda frac: prog.update(task, completed=min(max(frac, 0.0), 1.0))
+
+
+@contextmanager
+def progress_from_first_update(description: str) -> Iterator[ProgressFn]:
+    """``progress_bar`` that appears at the first update, so that bad input the library finds
+    before any work is the only line printed."""
+    with ExitStack() as stack:
+        bar: ProgressFn | None = None
+
+        def update(frac: float) -> None:
+            nonlocal bar
+            if bar is None:
+                bar = stack.enter_context(progress_bar(description))
+            bar(frac)
+
+        yield update
 
 
 @contextmanager

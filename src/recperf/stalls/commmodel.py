@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from recperf.core.config import check_range, from_mapping
+from recperf.core.config import check_range, from_mapping, load_json_object
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_text
 
@@ -161,14 +161,7 @@ class CommModel:
     def load(path: Path) -> CommModel:
         """A model written by ``save``; a file that is not one, or a parameter that is not a
         finite number >= 0, is one ConfigError naming the file and the field."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise ConfigError(f"{path}: not a communication model file: {why}") from None
-        if not isinstance(data, dict):
-            why = f"expected a JSON object, got {type(data).__name__}"
-            raise ConfigError(f"{path}: not a communication model file: {why}")
+        data = load_json_object(path, "a communication model file")
         return from_mapping(CommModel, data, str(path))
 
 

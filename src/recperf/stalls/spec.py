@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from recperf.core.config import check_range, from_mapping
+from recperf.core.config import check_range, from_mapping, load_json_object
 from recperf.core.errors import ConfigError
 
 DataMode = Literal["synthetic", "real"]
@@ -109,14 +109,7 @@ class RunSpec:
     def load(path: Path) -> RunSpec:
         """A spec written by ``save``; anything else is one ConfigError naming the file and
         the field."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise ConfigError(f"{path}: not a run spec: {why}") from None
-        if not isinstance(data, dict):
-            why = f"expected a JSON object, got {type(data).__name__}"
-            raise ConfigError(f"{path}: not a run spec: {why}")
+        data = load_json_object(path, "a run spec")
         known = {f.name for f in fields(RunSpec)}
         unknown = sorted(set(data) - known)
         if unknown:
