@@ -136,6 +136,14 @@ def _cases(data: Path, prof: Path, model: Path) -> list[Case]:
     ]
 
 
+def fuzz_settings(examples: int) -> settings:
+    """Deterministic, no deadline (a run may take seconds), no example database."""
+    return settings(
+        max_examples=examples, deadline=None, derandomize=True, database=None,
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+
+
 def _options(path: tuple[str, ...]) -> list[Any]:
     """The command's options (typer's own click objects: read by duck typing)."""
     cmd: Any = typer.main.get_command(app)
@@ -230,10 +238,7 @@ def test_a_bad_option_value_is_one_line_or_accepted(
     monkeypatch.chdir(tmp_path)
     counter = iter(range(10**6))
 
-    @settings(
-        max_examples=case.examples, deadline=None, derandomize=True, database=None,
-        suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
+    @fuzz_settings(case.examples)
     @given(st.data())
     def fuzz(data: st.DataObject) -> None:
         work = tmp_path / f"run{next(counter)}"
@@ -322,10 +327,7 @@ def test_a_corrupted_bundled_input_is_one_line_or_accepted(
     monkeypatch.chdir(tmp_path)
     counter = iter(range(10**6))
 
-    @settings(
-        max_examples=6 if "run" in args else 25, deadline=None, derandomize=True, database=None,
-        suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
+    @fuzz_settings(6 if "run" in args else 25)
     @given(st.data())
     def fuzz(data: st.DataObject) -> None:
         work = tmp_path / f"run{next(counter)}"
