@@ -22,13 +22,12 @@ from recperf.cluster.base import (
 )
 from recperf.cluster.engine import Simulator
 from recperf.cluster.jobs import JobTable
-from recperf.cluster.limits import check_seed
 from recperf.cluster.metrics import job_columns, summarize, utilization_series
 from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster, load_cluster
 from recperf.cluster.traces import BUNDLED, bundled_path
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
-from recperf.core.config import check_range
+from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError, RecperfError, RegistryError, TraceFormatError
 from recperf.core.progress import ProgressFn
 from recperf.core.registry import Registry

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from recperf.cluster.api import RunSpec, build_placement, build_scheduler, load_jobs
-from recperf.cluster.limits import MAX_SWEEP_RUNS, check_seed
+from recperf.cluster.limits import MAX_SWEEP_RUNS
 from recperf.cluster.sweep_backends import (
     RUN_KEYS,
     RunOutcome,
@@ -29,7 +29,7 @@ from recperf.cluster.sweep_backends import (
     run_one,
 )
 from recperf.cluster.traces import BUNDLED
-from recperf.core.config import check_range
+from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
 from recperf.core.progress import ProgressFn
 from recperf.core.results import write_json, write_parquet

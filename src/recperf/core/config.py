@@ -221,6 +221,16 @@ def parse_names(text: str, flag: str) -> tuple[str, ...]:
     return items
 
 
+MAX_SEED = 2**63 - 1
+"""Seeds are whole numbers from 0 to 2**63 - 1 (what numpy's and torch's generators take)."""
+
+
+def check_seed(seed: int, name: str = "seed") -> None:
+    """A seed must be a whole number in [0, MAX_SEED]."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"{name} = {seed!r}: seeds must be whole numbers from 0 to 2**63-1")
+
+
 def check_range(
     name: str,
     value: float,

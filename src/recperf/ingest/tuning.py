@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from recperf.core.config import check_range
+from recperf.core.config import check_range, check_seed
 from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
 from recperf.ingest.sim.target import SimTarget
@@ -69,7 +69,7 @@ def simulate(
     the list form that ``Allocation(workers=..., cuts=...)`` takes back; ``history`` is every
     measurement (``history_summary``) and ``found_at_s`` when the chosen one was first made."""
     check_range("budget_s", budget_s, 0.0, MAX_SIM_BUDGET_S, lo_open=True)
-    check_range("seed", seed, 0, 2**63 - 1)
+    check_seed(seed)
     pipeline = spec if isinstance(spec, sim.PipelineSpec) else sim.load_spec(spec)
     target = SimTarget(pipeline, seed=seed, noise=noise)
     result = check_tuner(TUNERS.build(tuner, options), target, budget_s, seed)

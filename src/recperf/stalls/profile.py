@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from recperf.core.config import check_range
+from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
 from recperf.stalls import analysis, netem, runner
@@ -74,7 +74,7 @@ class ProfileConfig:
         check_range("iters", self.iters, 1, None)
         check_range("warmup", self.warmup, 0, None)
         check_range("batch_size", self.batch_size, 1, None)
-        check_range("seed", self.seed, 0, 2**63 - 1)
+        check_seed(self.seed)
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device = {self.device!r}: expected cpu or cuda")
         if self.threads is not None:

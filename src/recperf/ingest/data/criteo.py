@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
-from recperf.core.config import check_range
+from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError, TraceFormatError
 from recperf.core.progress import ProgressFn
 from recperf.core.results import atomic_path, write_json
@@ -101,7 +101,7 @@ class GenerateConfig:
     def __post_init__(self) -> None:
         check_range("rows", self.rows, 1, MAX_ROWS)
         check_range("shards", self.shards, 1, min(self.rows, MAX_SHARDS))
-        check_range("seed", self.seed, 0, 2**63 - 1)
+        check_seed(self.seed)
         check_range("zipf_exponent", self.zipf_exponent, 0.0, 10.0, lo_open=True)
         if self.format not in FORMATS:
             raise ConfigError(f"format = {self.format!r} is not one of {', '.join(FORMATS)}")

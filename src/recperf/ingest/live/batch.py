@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recperf.core.config import check_range
+from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
 from recperf.ingest.data.criteo import CAT_FEATURES
 
@@ -56,7 +56,7 @@ class PipelineConfig:
         check_range("shuffle_window", self.shuffle_window, 0, None)
         check_range("queue_batches", self.queue_batches, 1, None)
         check_range("chunk_rows", self.chunk_rows, 1, None)
-        check_range("seed", self.seed, 0, 2**63 - 1)
+        check_seed(self.seed)
         if self.epochs is not None:
             check_range("epochs", self.epochs, 1, None)
         check_range("memory_budget_gib", self.memory_budget_gib, 0.0, None, lo_open=True)

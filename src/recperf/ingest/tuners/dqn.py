@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from recperf.core.config import check_range
+from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
 from recperf.ingest.sim import env as ienv
 
@@ -157,7 +157,7 @@ def pretrain(
 ) -> tuple[QNet, dict[str, Any]]:
     """Train a QNet from scratch on ``episodes`` random simulated pipelines (seeded)."""
     check_range("episodes", episodes, 1, 10**6)
-    check_range("seed", seed, 0, 2**63 - 1)
+    check_seed(seed)
     with one_thread():
         return _pretrain(episodes, seed, episode_steps, config or DQNConfig(), eps_start, eps_end)
 
