@@ -71,7 +71,10 @@ class Simulator:
     def _init_comm(self) -> None:
         """Per-job communication terms depend only on placement shape: computed once."""
         self.comm = JobComm.of(self.cluster, self.jobs, self.cfg.congestion)
-        self.ref_iter_s: F64 = self.jobs.compute_s + self.comm.tightest_s
+        # With the network off a job runs at its consolidated rate: its GPUs as if on one
+        # machine's links, whatever its size (Gavel's measured consolidated throughput).
+        tightest = self.comm.tightest_s if self.cfg.network_on else self.comm.by_level[1]
+        self.ref_iter_s: F64 = self.jobs.compute_s + tightest
 
     # ---------------------------------------------------------------- state
     def _reset(self) -> None:
@@ -153,6 +156,8 @@ class Simulator:
         self.settled_at[j] = now
 
     def _comm_for(self, j: int, alloc: Allocation) -> float:
+        if not self.cfg.network_on:  # every placement at the consolidated rate
+            return float(self.comm.by_level[int(Level.MACHINE), j])
         lv = alloc.level
         if lv != Level.CLUSTER:
             return float(self.comm.by_level[int(lv), j])
@@ -212,7 +217,7 @@ class Simulator:
         self.run_started[j] = now
         self.waiting_since[j] = np.nan
         self.widest[j] = max(int(self.widest[j]), int(alloc.level))
-        if alloc.level == Level.CLUSTER:
+        if alloc.level == Level.CLUSTER and self.cfg.network_on:
             self.racks[j] = alloc.racks(self.cluster)
             self._uplink_change(j, now, join=True)
         self._set_rate(j, now)
@@ -225,7 +230,7 @@ class Simulator:
         assert alloc is not None
         self.queue.cancel(j)  # a stopped job must not finish
         self.last_run[j] = now - float(self.run_started[j])
-        if alloc.level == Level.CLUSTER:
+        if alloc.level == Level.CLUSTER and self.cfg.network_on:
             self._uplink_change(j, now, join=False)
         return alloc
 
@@ -336,7 +341,17 @@ class Simulator:
 
     def _maybe_decide(self, now: float) -> None:
         """Decide now; within a round, a preemptive scheduler only fills free GPUs and is asked
-        again at the round's end."""
+        again at the round's end. With ``rounds_s``, decide only on a round boundary (else wake
+        at the next one), and ask a preemptive scheduler again each round while jobs wait."""
+        if self.cfg.rounds_s > 0:
+            boundary = self._boundary(now)
+            if boundary > now:
+                self._wake(boundary)
+                return
+            self._decide(now, preempt=self.preemptive)
+            if self.preemptive and self.n_waiting:
+                self._wake(now + self.cfg.rounds_s)
+            return
         if self.preemptive and self.cfg.round_s > 0:
             due = self.last_decision + self.cfg.round_s
             if now < due:
@@ -347,7 +362,14 @@ class Simulator:
             self.last_decision = now
         self._decide(now, preempt=self.preemptive)
 
+    def _boundary(self, t: float) -> float:
+        """The first round boundary at or after ``t`` (``t`` itself within rounding)."""
+        r = self.cfg.rounds_s
+        return math.ceil(t / r - 1e-9) * r
+
     def _wake(self, t: float) -> None:
+        if self.cfg.rounds_s > 0:
+            t = self._boundary(t)
         if t < self.next_wake:
             self.next_wake = t
             self.queue.push(t, WAKE)

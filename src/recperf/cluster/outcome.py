@@ -8,11 +8,14 @@ from recperf.cluster.base import F64, I64, Allocation
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster
 from recperf.core.config import check_range
+from recperf.core.errors import ConfigError
+
+NETWORK_MODES = ("on", "off")
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class EngineConfig:
-    """How the simulation charges preemption and congestion."""
+    """How the simulation charges preemption, congestion and when it decides."""
 
     checkpoint_s: float = 10.0
     """GPUs stay held this long after a preemption while the job checkpoints."""
@@ -23,6 +26,12 @@ class EngineConfig:
     waiting jobs only start on free GPUs. 0: preempt at any event."""
     congestion: float = 1.0
     """Extra factor on rack-uplink oversubscription (1 = the cluster's own)."""
+    network: str = "on"
+    """``off``: every job runs at its consolidated rate wherever it is placed and no link is
+    shared (the assumption of round-based simulators such as Gavel); ``on``: the network model."""
+    rounds_s: float = 0.0
+    """> 0: decisions only at multiples of this many seconds (Gavel's rounds): arrivals wait for
+    the next boundary and a finished job's GPUs stay idle until it. 0: decide at every event."""
     record_segments: bool = False
     """Keep every GPU-holding and progress interval (for checks; costs memory)."""
 
@@ -31,6 +40,13 @@ class EngineConfig:
         check_range("restore_s", self.restore_s, 0.0, 86_400.0)
         check_range("round_s", self.round_s, 0.0, 86_400.0)
         check_range("congestion", self.congestion, 1.0, 1_000.0)
+        if self.network not in NETWORK_MODES:
+            raise ConfigError(f"network = {self.network!r}; allowed: {', '.join(NETWORK_MODES)}")
+        check_range("rounds_s", self.rounds_s, 0.0, 86_400.0)
+
+    @property
+    def network_on(self) -> bool:
+        return self.network == "on"
 
 
 @dataclass(frozen=True, slots=True)
