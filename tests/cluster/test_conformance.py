@@ -22,6 +22,8 @@ from recperf.cluster.placement import BestFit, FirstFit
 from recperf.cluster.topology import Cluster, Level
 from recperf.core.errors import ConfigError, ContractError, RegistryError
 
+TOP = 3  # the widest level of a racks x machines cluster: across racks
+
 
 @pytest.mark.parametrize("name", SCHEDULERS.names())
 def test_registered_scheduler_conforms(name: str) -> None:
@@ -199,7 +201,7 @@ class TooWide(_Placement):
         max_level: Level,
         rng: np.random.Generator,
     ) -> Allocation | None:
-        return FirstFit().place(gpus, free, cluster, Level.CLUSTER, rng)
+        return FirstFit().place(gpus, free, cluster, TOP, rng)
 
 
 class Refuses(_Placement):
@@ -236,7 +238,7 @@ def _fits_within(gpus: int, free: np.ndarray, cluster: Cluster, level: Level) ->
         return bool(free.max() >= gpus)
     if level == Level.RACK:
         return bool(free.reshape(cluster.racks, -1).sum(axis=1).max() >= gpus)
-    return level == Level.CLUSTER and bool(free.sum() >= gpus)
+    return level == TOP and bool(free.sum() >= gpus)
 
 
 @pytest.mark.parametrize(
@@ -261,13 +263,13 @@ def test_best_fit_consolidates() -> None:
     free = np.array([1, 3, 4, 2], dtype=np.int64)
     rng = np.random.default_rng(0)
     place = BestFit().place
-    assert place(2, free, SMALL, Level.CLUSTER, rng) == Allocation((3,), (2,), Level.MACHINE)
-    assert place(3, free, SMALL, Level.CLUSTER, rng) == Allocation((1,), (3,), Level.MACHINE)
-    assert place(5, free, SMALL, Level.CLUSTER, rng) == Allocation((2, 3), (4, 1), Level.RACK)
+    assert place(2, free, SMALL, TOP, rng) == Allocation((3,), (2,), Level.MACHINE)
+    assert place(3, free, SMALL, TOP, rng) == Allocation((1,), (3,), Level.MACHINE)
+    assert place(5, free, SMALL, TOP, rng) == Allocation((2, 3), (4, 1), Level.RACK)
     assert place(5, free, SMALL, Level.MACHINE, rng) is None
     assert place(7, free, SMALL, Level.RACK, rng) is None
-    alloc = place(7, free, SMALL, Level.CLUSTER, rng)
-    assert alloc is not None and alloc.level == Level.CLUSTER and alloc.gpus == 7
+    alloc = place(7, free, SMALL, TOP, rng)
+    assert alloc is not None and alloc.level == TOP and alloc.gpus == 7
     assert alloc.machines[:2] == (2, 3)  # the emptier rack first, its emptiest machine first
 
 

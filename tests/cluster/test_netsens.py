@@ -28,10 +28,10 @@ from recperf.cluster.schedulers.netsens import (
     parse_timers,
 )
 from recperf.cluster.sensitivity import Sensitivity
-from recperf.cluster.topology import Cluster, Level
+from recperf.cluster.topology import Cluster, Level, load_cluster
 from recperf.core.errors import ConfigError
 
-GPU, MACHINE, RACK, CLUSTER = (int(lv) for lv in Level)
+GPU, MACHINE, RACK, CLUSTER = 0, 1, 2, 3  # the levels of a racks x machines cluster
 NO_LATENCY = {"machine_latency_us": 0.0, "rack_latency_us": 0.0, "core_latency_us": 0.0}
 # One iteration: 0.01 s of compute and a 1 GB all-reduce: about 5x slower spread than on one
 # machine. Insensitive jobs all-reduce nothing.
@@ -91,10 +91,21 @@ def test_parse_timers() -> None:
     assert parse_timers(" AUTO ") is None
     assert parse_timers("600,3600") == (600.0, 3600.0)
     assert parse_timers("0, 0") == (0.0, 0.0)
+    assert parse_timers("60,600,3600") == (60.0, 600.0, 3600.0)  # a deeper tree: one per level
+
+
+def test_fixed_timers_must_match_the_tree() -> None:
+    jobs = _jobs(("a", 0, 4, 10, SENSITIVE))
+    with pytest.raises(ConfigError, match=r"netsens.timers has 3 values; this cluster needs 2"):
+        NetSens(NetSensConfig(timers="1,2,3")).reset(jobs, SMALL)
+    lingjun = load_cluster("lingjun")
+    with pytest.raises(ConfigError, match=r"needs 3, one per level .*\(asw, psw, cluster\)"):
+        NetSens(NetSensConfig(timers="1,2")).reset(jobs, lingjun)
+    NetSens(NetSensConfig(timers="1,2,3")).reset(jobs, lingjun)
 
 
 @pytest.mark.parametrize(
-    "text", ["soon", "600", "1,2,3", "600,abc", "", "3600,600", "-1,5", "0,inf", "nan,5"]
+    "text", ["soon", "600", "1,3,2", "600,abc", "", "3600,600", "-1,5", "0,inf", "nan,5"]
 )
 def test_parse_timers_rejects_bad_text(text: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(f"timers = {text!r}")):
@@ -162,8 +173,8 @@ def test_a_job_that_all_reduces_nothing_is_insensitive() -> None:
     flat = SMALL.with_(**NO_LATENCY)
     for congestion in (1.0, 4.0):
         sens = Sensitivity.of(jobs, flat, JobComm.of(flat, jobs, congestion))
-        for lv in Level:
-            assert sens.at(int(lv)).tolist() == [1.0, 1.0]
+        for lv in flat.levels:
+            assert sens.at(lv).tolist() == [1.0, 1.0]
     # With latency, spreading costs the latency terms only: 2(n-1) messages per iteration.
     sens = Sensitivity.of(jobs, SMALL, JobComm.of(SMALL, jobs, 4.0))
     steps = np.array([6.0, 2.0])

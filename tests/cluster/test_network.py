@@ -16,6 +16,8 @@ from recperf.cluster.placement import BestFit
 from recperf.cluster.schedulers.fifo import Fifo
 from recperf.cluster.topology import Cluster, Level
 
+TOP = 3  # the widest level of a racks x machines cluster: across racks
+
 GRAD = 1e9  # bytes all-reduced per iteration
 COMPUTE = 0.1
 ITERS = 1000.0
@@ -85,7 +87,7 @@ DISJOINT = Cluster(
 def test_cross_rack_jobs_sharing_an_uplink_both_slow_down() -> None:
     alone = _run(_jobs([0.0, 1e6], [2, 2]), SHARED, AcrossRacks())
     together = _run(_jobs([0.0, 0.0], [2, 2]), SHARED, AcrossRacks())
-    assert alone.widest_level.tolist() == together.widest_level.tolist() == [int(Level.CLUSTER)] * 2
+    assert alone.widest_level.tolist() == together.widest_level.tolist() == [int(TOP)] * 2
     t_alone, t_shared = _cross_rack_iter_s(SHARED, 1), _cross_rack_iter_s(SHARED, 2)
     assert t_shared > t_alone
     assert alone.progress_s.tolist() == pytest.approx([ITERS * t_alone] * 2, rel=1e-9)
@@ -96,7 +98,7 @@ def test_cross_rack_jobs_sharing_an_uplink_both_slow_down() -> None:
 
 def test_disjoint_uplinks_do_not_interfere() -> None:
     res = _run(_jobs([0.0, 0.0], [2, 2]), DISJOINT, AcrossRacks())
-    racks = {s.job: s.alloc.racks(DISJOINT) for s in res.segments if s.alloc is not None}
+    racks = {s.job: s.alloc.uplinks(DISJOINT) for s in res.segments if s.alloc is not None}
     assert racks == {0: (0, 1), 1: (2, 3)}
     assert res.progress_s.tolist() == pytest.approx(
         [ITERS * _cross_rack_iter_s(DISJOINT, 1)] * 2, rel=1e-9
@@ -131,7 +133,7 @@ def test_job_within_one_machine_has_no_rack_level_communication() -> None:
     )
     both = _run(_jobs([0.0, 0.0], [2, 6]), cluster, BestFit())
     only_x = _run(_jobs([0.0], [6]), cluster, BestFit())
-    assert both.widest_level.tolist() == [int(Level.MACHINE), int(Level.CLUSTER)]
+    assert both.widest_level.tolist() == [int(Level.MACHINE), int(TOP)]
     machine_comm = float(comm_s(cluster, Level.MACHINE, 2, GRAD))
     rack_comm = float(comm_s(cluster, Level.RACK, 2, GRAD))
     assert machine_comm < rack_comm

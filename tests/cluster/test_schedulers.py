@@ -15,7 +15,7 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.metrics import summarize
 from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.placement import BestFit
-from recperf.cluster.topology import Cluster, Level
+from recperf.cluster.topology import Cluster
 
 
 def _mean_jct(results: dict[str, object]) -> dict[str, float]:
@@ -66,7 +66,7 @@ def test_consolidate_never_places_wider_than_the_tightest_level(
     summary = api.write_run(tmp_path, spec, res)
     assert tuple(summary[k] for k in LEVEL_KEYS) == levels
     widest = pq.read_table(tmp_path / "jobs.parquet").column("widest_level").to_pylist()
-    tightest = [Level(int(v)).name.lower() for v in res.cluster.min_levels(res.jobs.gpus)]
+    tightest = [res.cluster.level_names[int(v)] for v in res.cluster.min_levels(res.jobs.gpus)]
     assert widest == tightest
 
 

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 from recperf.cluster.placement import BestFit
 from recperf.cluster.topology import Cluster, Level
 
+TOP = 3  # the widest level of a racks x machines cluster: across racks
+
 # 2 racks x 3 machines x 4 GPUs.
 SMALL = Cluster(racks=2, machines_per_rack=3, gpus_per_machine=4)
 
@@ -28,12 +30,12 @@ def test_level_caps(free: list[int], caps: list[int]) -> None:
     got = SMALL.level_caps(np.asarray(free, dtype=np.int64))
     assert got.dtype == np.int64
     assert got.tolist() == caps
-    assert got[Level.MACHINE] == caps[1] and got[Level.CLUSTER] == caps[3]
+    assert got[Level.MACHINE] == caps[1] and got[TOP] == caps[3]
 
 
 def test_level_caps_indexed_by_an_array_of_levels() -> None:
     caps = SMALL.level_caps(np.asarray([1, 4, 0, 2, 2, 3], dtype=np.int64))
-    levels = np.asarray([Level.RACK, Level.MACHINE, Level.CLUSTER, Level.MACHINE])
+    levels = np.asarray([Level.RACK, Level.MACHINE, TOP, Level.MACHINE])
     assert caps[levels].tolist() == [7, 4, 12, 4]
 
 
@@ -41,7 +43,7 @@ def test_level_caps_indexed_by_an_array_of_levels() -> None:
 @given(
     free=st.lists(st.integers(0, 4), min_size=6, max_size=6),
     gpus=st.integers(1, 24),
-    level=st.sampled_from([Level.MACHINE, Level.RACK, Level.CLUSTER]),
+    level=st.sampled_from([Level.MACHINE, Level.RACK, TOP]),
 )
 def test_level_caps_say_exactly_when_best_fit_places(
     free: list[int], gpus: int, level: Level

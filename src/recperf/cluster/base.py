@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.network import JobComm
-from recperf.cluster.topology import Cluster, Level
+from recperf.cluster.topology import Cluster
 from recperf.core.registry import Registry
 
 F64 = NDArray[np.float64]
@@ -27,29 +27,22 @@ class Allocation:
 
     machines: tuple[int, ...]
     counts: tuple[int, ...]
-    level: Level
+    level: int
+    """The widest level it spans (``Level`` values, up to ``Cluster.top``)."""
 
     @classmethod
     def of(cls, machines: list[int], counts: list[int], cluster: Cluster) -> Allocation:
         """Build an allocation and derive the widest level it spans."""
-        total = sum(counts)
-        if total <= 1:
-            level = Level.GPU
-        elif len(machines) == 1:
-            level = Level.MACHINE
-        else:
-            mpr = cluster.machines_per_rack
-            first = machines[0] // mpr
-            level = Level.RACK if all(m // mpr == first for m in machines) else Level.CLUSTER
+        level = cluster.tree.level_of(machines, sum(counts))
         return cls(machines=tuple(machines), counts=tuple(counts), level=level)
 
     @property
     def gpus(self) -> int:
         return sum(self.counts)
 
-    def racks(self, cluster: Cluster) -> tuple[int, ...]:
-        mpr = cluster.machines_per_rack
-        return tuple(sorted({m // mpr for m in self.machines}))
+    def uplinks(self, cluster: Cluster) -> tuple[int, ...]:
+        """The switch uplinks it crosses (``Tree.uplinks``): none within one ToR."""
+        return cluster.tree.uplinks(self.machines, self.level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +145,7 @@ class Decision:
     order: I64
     """Job ids (a subset of ``view.active``) in priority order."""
     max_level: I8 | None = None
-    """Aligned with ``order``: the widest Level each job may be placed at (None: any)."""
+    """Aligned with ``order``: the widest level each job may be placed at (None: any)."""
     blocking: bool = False
     """Stop at the first waiting job that cannot be placed (strict order, no backfilling)."""
     wake_at: float | None = None
@@ -208,7 +201,7 @@ class PlacementPolicy(Protocol):
         gpus: int,
         free: I64,
         cluster: Cluster,
-        max_level: Level,
+        max_level: int,
         rng: np.random.Generator,
     ) -> Allocation | None:
         """GPUs for a ``gpus``-GPU job within ``max_level``, or None. ``free`` is read-only."""

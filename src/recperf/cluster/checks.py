@@ -134,7 +134,7 @@ def check_placement(policy: PlacementPolicy, trials: int = 200, seed: int = 0) -
         free = rng.integers(0, SMALL.gpus_per_machine + 1, size=SMALL.machines).astype(np.int64)
         before = free.copy()
         gpus = int(rng.integers(1, SMALL.gpus + 1))
-        level = Level(int(rng.integers(0, 4)))
+        level = int(rng.integers(0, SMALL.top + 1))
         alloc = policy.place(gpus, free, SMALL, level, rng)
         if not np.array_equal(free, before):
             raise ContractError(f"placement {policy.name!r} modified the free-GPU array")
@@ -147,17 +147,17 @@ def check_placement(policy: PlacementPolicy, trials: int = 200, seed: int = 0) -
         if any(c < 1 or c > free[m] for m, c in zip(alloc.machines, alloc.counts, strict=True)):
             raise ContractError(f"placement {policy.name!r} granted GPUs that are not free")
         if alloc.level > level:
-            raise ContractError(f"placement {policy.name!r} exceeded max_level {level.name}")
+            name = SMALL.level_names[level]
+            raise ContractError(f"placement {policy.name!r} exceeded max_level {name}")
 
 
-def _fits(gpus: int, free: I64, level: Level) -> bool:
+def _fits(gpus: int, free: I64, level: int) -> bool:
     """Whether some placement of ``gpus`` GPUs within ``level`` exists on ``free``."""
-    if level >= Level.CLUSTER:
+    if level >= SMALL.top:
         return int(free.sum()) >= gpus
     if level <= Level.MACHINE:
         return bool((free >= gpus).any()) and (level == Level.MACHINE or gpus == 1)
-    racks = SMALL.rack_free(free)
-    return bool((racks >= gpus).any())
+    return bool((SMALL.group_free(free, level) >= gpus).any())
 
 
 def check_loader(loader: TraceLoader, source: Path | None, cluster: Cluster, **_: Any) -> JobTable:

@@ -75,6 +75,8 @@ class Simulator:
         # machine's links, whatever its size (Gavel's measured consolidated throughput).
         tightest = self.comm.tightest_s if self.cfg.network_on else self.comm.by_level[1]
         self.ref_iter_s: F64 = self.jobs.compute_s + tightest
+        tiers = self.cluster.tree.link_tier() - 1
+        self.link_gbps: list[float] = [self.comm.uplink_gbps[t] for t in tiers.tolist()]
 
     # ---------------------------------------------------------------- state
     def _reset(self) -> None:
@@ -104,7 +106,7 @@ class Simulator:
             run_started=self.run_started, last_run_s=self.last_run,
         )  # fmt: skip
         self.alloc: list[Allocation | None] = [None] * n
-        self.racks: list[tuple[int, ...]] = [()] * n
+        self.links: list[tuple[int, ...]] = [()] * n
         self.free = np.full(c.machines, c.gpus_per_machine, dtype=np.int64)
         self.free_total = c.gpus
         self.is_active = np.zeros(n, dtype=np.bool_)
@@ -113,7 +115,7 @@ class Simulator:
         self.n_active = 0
         self.mark = np.zeros(n, dtype=np.bool_)
         self.n_waiting = 0
-        self.uplink_jobs: list[set[int]] = [set() for _ in range(c.racks)]
+        self.uplink_jobs: list[set[int]] = [set() for _ in range(c.tree.links)]
         self.queue = EventQueue(n)
         self.next_wake = math.inf
         self.last_decision = -math.inf
@@ -159,12 +161,13 @@ class Simulator:
         if not self.cfg.network_on:  # every placement at the consolidated rate
             return float(self.comm.by_level[int(Level.MACHINE), j])
         lv = alloc.level
-        if lv != Level.CLUSTER:
-            return float(self.comm.by_level[int(lv), j])
-        up = self.uplink_jobs
-        sharers = max([len(up[r]) for r in self.racks[j]])
-        bw = min(self.cluster.rack_gbps, self.comm.uplink_gbps / max(sharers, 1))
-        return float(self.comm.core_latency_s[j]) + float(self.comm.bits[j]) / (bw * 1e9)
+        if lv <= Level.RACK:
+            return float(self.comm.by_level[lv, j])
+        # Across switches: the slowest uplink crossed, each shared by the jobs crossing it.
+        up, gbps = self.uplink_jobs, self.link_gbps
+        bw = min([gbps[k] / max(len(up[k]), 1) for k in self.links[j]])
+        bw = min(self.comm.host_gbps, bw)
+        return float(self.comm.latency_s[lv, j]) + float(self.comm.bits[j]) / (bw * 1e9)
 
     def _set_rate(self, j: int, now: float) -> None:
         """(Re)compute job ``j``'s iteration time and reschedule its finish event."""
@@ -180,12 +183,12 @@ class Simulator:
 
     def _uplink_change(self, j: int, now: float, join: bool) -> None:
         affected: set[int] = set()
-        for r in self.racks[j]:
-            affected |= self.uplink_jobs[r]
+        for k in self.links[j]:
+            affected |= self.uplink_jobs[k]
             if join:
-                self.uplink_jobs[r].add(j)
+                self.uplink_jobs[k].add(j)
             else:
-                self.uplink_jobs[r].discard(j)
+                self.uplink_jobs[k].discard(j)
         affected.discard(j)
         for k in sorted(affected):
             alloc_k = self.alloc[k]
@@ -217,8 +220,8 @@ class Simulator:
         self.run_started[j] = now
         self.waiting_since[j] = np.nan
         self.widest[j] = max(int(self.widest[j]), int(alloc.level))
-        if alloc.level == Level.CLUSTER and self.cfg.network_on:
-            self.racks[j] = alloc.racks(self.cluster)
+        if alloc.level > Level.RACK and self.cfg.network_on:
+            self.links[j] = alloc.uplinks(self.cluster)
             self._uplink_change(j, now, join=True)
         self._set_rate(j, now)
         self._mark_busy(now)
@@ -230,7 +233,7 @@ class Simulator:
         assert alloc is not None
         self.queue.cancel(j)  # a stopped job must not finish
         self.last_run[j] = now - float(self.run_started[j])
-        if alloc.level == Level.CLUSTER and self.cfg.network_on:
+        if alloc.level > Level.RACK and self.cfg.network_on:
             self._uplink_change(j, now, join=False)
         return alloc
 
@@ -381,7 +384,7 @@ class Simulator:
             self._wake(decision.wake_at)
         order = np.asarray(decision.order, dtype=np.int64)
         if decision.max_level is None:
-            levels = np.full(order.size, int(Level.CLUSTER), dtype=np.int64)
+            levels = np.full(order.size, self.cluster.top, dtype=np.int64)
         else:
             levels = np.asarray(decision.max_level, dtype=np.int64)
         if preempt:
@@ -428,7 +431,7 @@ class Simulator:
         """Largest job placeable now at each Level; without level constraints only the total
         matters, so the per-machine scans are skipped."""
         if not constrained:
-            return np.full(4, self.free_total, dtype=np.int64)
+            return np.full(self.cluster.top + 1, self.free_total, dtype=np.int64)
         return self.cluster.level_caps(self.free)
 
     def _place_in_order(self, order: I64, levels: I64, blocking: bool, now: float) -> None:
@@ -438,7 +441,7 @@ class Simulator:
             return
         order, levels = order[waiting], levels[waiting]
         demand = self.jobs.gpus[order]
-        constrained = bool((levels < int(Level.CLUSTER)).any())
+        constrained = bool((levels < self.cluster.top).any())
         caps = self._level_caps(constrained)
         if constrained:
             held = (demand > caps[levels]) & (demand <= self.free_total)
@@ -457,7 +460,7 @@ class Simulator:
                 return
             alloc = None
             if d <= caps[lv]:
-                alloc = self.placement.place(d, self.free, self.cluster, Level(lv), self.rng)
+                alloc = self.placement.place(d, self.free, self.cluster, lv, self.rng)
             if alloc is None:
                 if blocking:
                     return

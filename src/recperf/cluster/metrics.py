@@ -8,7 +8,6 @@ import numpy as np
 
 from recperf.cluster.base import F64
 from recperf.cluster.outcome import SimResult
-from recperf.cluster.topology import Level
 
 
 def _pct(x: F64, q: float) -> float:
@@ -27,7 +26,10 @@ def summarize(res: SimResult) -> dict[str, Any]:
     makespan = t_end - t0
     busy_gpu_s = float(np.sum(np.diff(res.busy_t) * res.busy_gpus[:-1]))
     denom = res.cluster.gpus * makespan
-    level_counts = {lv: int(np.sum(res.widest_level == int(lv))) for lv in Level}
+    c = res.cluster
+    counts = [int(np.sum(res.widest_level == lv)) for lv in c.levels]
+    tiers = c.level_names[2:-1]
+    by_level = {f"jobs_within_{name}": counts[2 + i] for i, name in enumerate(tiers)}
     progress = float(res.progress_s.sum())
     waited = res.locality_wait_s[finished]
     held = waited > 0
@@ -50,10 +52,10 @@ def summarize(res: SimResult) -> dict[str, Any]:
         "preemptions": int(res.preemptions.sum()),
         "locality_wait_share": float(held.mean()) if held.size else 0.0,
         "locality_wait_mean_s": float(waited[held].mean()) if held.any() else 0.0,
-        "jobs_single_gpu": level_counts[Level.GPU],
-        "jobs_within_machine": level_counts[Level.MACHINE],
-        "jobs_within_rack": level_counts[Level.RACK],
-        "jobs_across_racks": level_counts[Level.CLUSTER],
+        "jobs_single_gpu": counts[0],
+        "jobs_within_machine": counts[1],
+        **by_level,
+        f"jobs_across_{tiers[-1]}s": counts[-1],
         "events": res.events,
         "decisions": res.decisions,
     }
@@ -64,7 +66,8 @@ def job_columns(res: SimResult) -> dict[str, Any]:
     jobs = res.jobs
     with np.errstate(invalid="ignore", divide="ignore"):
         comm_frac = np.where(res.progress_s > 0, res.comm_s / res.progress_s, 0.0)
-    names = [Level(int(v)).name.lower() if v >= 0 else "never" for v in res.widest_level]
+    level_names = res.cluster.level_names
+    names = [level_names[int(v)] if v >= 0 else "never" for v in res.widest_level]
     return {
         "job_id": np.arange(len(jobs), dtype=np.int64),
         "name": list(jobs.name),

@@ -13,21 +13,19 @@ from recperf.cluster.topology import Cluster, Level
 F64 = NDArray[np.float64]
 
 
-def level_bandwidth_gbps(cluster: Cluster, level: Level) -> float:
-    """Uncontended bandwidth of the widest link at ``level`` (uplinks: one job alone)."""
+def level_bandwidth_gbps(cluster: Cluster, level: int, congestion: float = 1.0) -> float:
+    """Uncontended bandwidth of the widest link at ``level`` (uplinks: one job alone, at
+    ``congestion`` times their oversubscription)."""
     if level <= Level.MACHINE:
         return cluster.machine_gbps
-    if level == Level.RACK:
-        return cluster.rack_gbps
-    return min(cluster.rack_gbps, cluster.core_gbps / cluster.oversubscription)
+    bw = cluster.rack_gbps
+    for share in cluster.uplink_share_gbps(congestion)[: level - 2]:  # the tiers it crosses
+        bw = min(bw, share)
+    return bw
 
 
-def level_latency_s(cluster: Cluster, level: Level) -> float:
-    if level <= Level.MACHINE:
-        return cluster.machine_latency_us * 1e-6
-    if level == Level.RACK:
-        return cluster.rack_latency_us * 1e-6
-    return cluster.core_latency_us * 1e-6
+def level_latency_s(cluster: Cluster, level: int) -> float:
+    return cluster.level_latency_us(level) * 1e-6
 
 
 def allreduce_s(
@@ -46,7 +44,7 @@ def allreduce_s(
 
 
 def comm_s(
-    cluster: Cluster, level: Level, gpus: F64 | NDArray[np.int64] | int, grad_bytes: F64 | float
+    cluster: Cluster, level: int, gpus: F64 | NDArray[np.int64] | int, grad_bytes: F64 | float
 ) -> F64:
     """Uncontended per-iteration communication time of jobs placed at ``level``."""
     if level == Level.GPU:
@@ -71,8 +69,8 @@ def calibrate_reference(
     """
     levels = cluster.min_levels(gpus)
     comm = np.zeros(len(gpus))
-    for lv in Level:
-        mask = levels == int(lv)
+    for lv in cluster.levels:
+        mask = levels == lv
         comm[mask] = comm_s(cluster, lv, gpus[mask], grad_bytes[mask])
     limit = max_comm_frac * iter_s
     too_big = comm > limit
@@ -109,32 +107,40 @@ class JobComm:
     bits: F64
     """2(n-1)/n of the gradient, in bits: what crosses the slowest link per iteration."""
     by_level: F64
-    """Uncontended comm seconds per iteration at GPU, MACHINE and RACK level (3 x jobs)."""
-    core_latency_s: F64
-    """Latency part at CLUSTER level; the bandwidth part depends on uplink sharing."""
-    uplink_gbps: float
-    """A rack uplink's bandwidth after oversubscription and congestion."""
+    """Comm seconds per iteration at every level (``top + 1`` rows x jobs), uplinks used by
+    the job alone at this run's congestion."""
+    latency_s: F64
+    """The latency part of ``by_level``; above a ToR the bandwidth part depends on how many
+    jobs share each uplink."""
+    uplink_gbps: tuple[float, ...]
+    """Per switch tier, an uplink's bandwidth after oversubscription and congestion."""
+    host_gbps: float
+    """Each machine's link to its ToR."""
     tightest_s: F64
-    """Uncontended comm seconds per iteration at each job's tightest level."""
+    """Comm seconds per iteration at each job's tightest level."""
+
+    @property
+    def core_latency_s(self) -> F64:
+        """The latency part at the widest level."""
+        out: F64 = self.latency_s[-1]
+        return out
 
     @classmethod
     def of(cls, cluster: Cluster, jobs: JobTable, congestion: float = 1.0) -> JobComm:
         n = jobs.gpus.astype(np.float64)
         steps = 2.0 * np.maximum(n - 1.0, 0.0)
         bits = np.where(n > 1, steps / n * jobs.grad_bytes * 8.0, 0.0)
+        latency = np.stack(
+            [np.zeros_like(n)] + [steps * level_latency_s(cluster, lv) for lv in cluster.levels[1:]]
+        )
         by_level = np.stack(
             [np.zeros_like(n)]
             + [
-                steps * level_latency_s(cluster, lv)
-                + bits / (level_bandwidth_gbps(cluster, lv) * 1e9)
-                for lv in (Level.MACHINE, Level.RACK)
+                latency[lv] + bits / (level_bandwidth_gbps(cluster, lv, congestion) * 1e9)
+                for lv in cluster.levels[1:]
             ]
         )
-        core_latency = steps * level_latency_s(cluster, Level.CLUSTER)
-        uplink = cluster.core_gbps / (cluster.oversubscription * congestion)
-        alone = core_latency + bits / (min(cluster.rack_gbps, uplink) * 1e9)
-        levels = cluster.min_levels(jobs.gpus)
-        tightest = np.where(levels == int(Level.CLUSTER), alone, 0.0)
-        for lv in (Level.MACHINE, Level.RACK):
-            tightest = np.where(levels == int(lv), by_level[int(lv)], tightest)
-        return cls(bits, by_level, core_latency, uplink, tightest)
+        uplink = cluster.uplink_share_gbps(congestion)
+        levels = cluster.min_levels(jobs.gpus).astype(np.int64)
+        tightest = by_level[levels, np.arange(n.size)]
+        return cls(bits, by_level, latency, uplink, cluster.rack_gbps, tightest)

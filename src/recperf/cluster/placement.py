@@ -28,57 +28,72 @@ def _take(order: I64, free: I64, gpus: int, cluster: Cluster) -> Allocation | No
     return None
 
 
-def _within(alloc: Allocation | None, max_level: Level) -> Allocation | None:
+def _within(alloc: Allocation | None, max_level: int) -> Allocation | None:
     return alloc if alloc is not None and alloc.level <= max_level else None
+
+
+def _most_free_first(free: I64, cluster: Cluster, level: int, machines: slice) -> I64:
+    """The machines of one group at ``level`` in fill order: under the most free switch of
+    each tier below the level first (top tier first), the most free machine first, ties by
+    number."""
+    tree = cluster.tree
+    keys = [-free[machines]]
+    for tier in range(1, min(level - 1, tree.tiers + 1)):
+        sw_free = tree.group_free(free, tier + 1)
+        rank = np.empty(sw_free.size, dtype=np.int64)
+        rank[np.argsort(-sw_free, kind="stable")] = np.arange(sw_free.size)
+        keys.append(rank[tree.node[tier - 1][machines]])
+    out: I64 = machines.start + np.lexsort(keys)
+    return out
 
 
 @PLACEMENTS.register("best-fit")
 class BestFit:
-    """Consolidate: the fullest machine that fits; else the fullest rack that fits, its emptiest
-    machines first (fewest machines); else racks and machines with the most free GPUs first."""
+    """Consolidate: the fullest machine that fits; else, from the ToR up, the fullest switch
+    that fits at the tightest tier that has one; else the whole cluster. Within the switch (or
+    cluster), the most free sub-switches and machines first (fewest machines)."""
 
     name: ClassVar[str] = "best-fit"
 
     def place(
-        self, gpus: int, free: I64, cluster: Cluster, max_level: Level, rng: np.random.Generator
+        self, gpus: int, free: I64, cluster: Cluster, max_level: int, rng: np.random.Generator
     ) -> Allocation | None:
         if gpus <= cluster.gpus_per_machine:
             fits = np.flatnonzero(free >= gpus)
             if fits.size:
                 m = int(fits[np.argmin(free[fits])])
                 return _within(Allocation.of([m], [gpus], cluster), max_level)
-        if max_level <= Level.MACHINE:
+        tree = cluster.tree
+        for level in range(int(Level.RACK), tree.top):
+            if max_level < level:
+                return None
+            group_free = tree.group_free(free, level)
+            fits = np.flatnonzero(group_free >= gpus)
+            if fits.size:
+                g = int(fits[np.argmin(group_free[fits])])
+                order = _most_free_first(free, cluster, level, tree.group_machines(level, g))
+                return _within(_take(order, free, gpus, cluster), max_level)
+        if max_level < tree.top or int(free.sum()) < gpus:
             return None
-        mpr = cluster.machines_per_rack
-        rack_free = cluster.rack_free(free)
-        fits = np.flatnonzero(rack_free >= gpus)
-        if fits.size:
-            r = int(fits[np.argmin(rack_free[fits])])
-            local = free[r * mpr : (r + 1) * mpr]
-            order = r * mpr + np.argsort(-local, kind="stable")
-            return _within(_take(order, free, gpus, cluster), max_level)
-        if max_level <= Level.RACK or int(free.sum()) < gpus:
-            return None
-        rack_rank = np.argsort(-rack_free, kind="stable")
-        key = np.empty(cluster.machines, dtype=np.int64)
-        rank_of_rack = np.empty(cluster.racks, dtype=np.int64)
-        rank_of_rack[rack_rank] = np.arange(cluster.racks)
-        key[:] = rank_of_rack[np.arange(cluster.machines) // mpr] * (cluster.gpus_per_machine + 1)
-        key -= free
-        return _within(_take(np.argsort(key, kind="stable"), free, gpus, cluster), max_level)
+        order = _most_free_first(free, cluster, tree.top, slice(0, tree.machines))
+        return _within(_take(order, free, gpus, cluster), max_level)
 
 
-def _groups(gpus: int, free: I64, cluster: Cluster, max_level: Level) -> list[I64]:
+def _groups(gpus: int, free: I64, cluster: Cluster, max_level: int) -> list[I64]:
     """The sets of machines a job may be spread over within ``max_level`` that have room."""
-    if max_level >= Level.CLUSTER:
+    tree = cluster.tree
+    if max_level >= tree.top:
         return [np.arange(cluster.machines)] if int(free.sum()) >= gpus else []
     if max_level == Level.GPU and gpus > 1:
         return []
     if max_level <= Level.MACHINE:
         return [np.array([m]) for m in np.flatnonzero(free >= gpus).tolist()]
-    mpr = cluster.machines_per_rack
-    rack_free = cluster.rack_free(free)
-    return [np.arange(r * mpr, (r + 1) * mpr) for r in np.flatnonzero(rack_free >= gpus).tolist()]
+    fits = np.flatnonzero(tree.group_free(free, max_level) >= gpus).tolist()
+    out = []
+    for g in fits:
+        sl = tree.group_machines(max_level, g)
+        out.append(np.arange(sl.start, sl.stop))
+    return out
 
 
 @PLACEMENTS.register("first-fit")
@@ -89,7 +104,7 @@ class FirstFit:
     name: ClassVar[str] = "first-fit"
 
     def place(
-        self, gpus: int, free: I64, cluster: Cluster, max_level: Level, rng: np.random.Generator
+        self, gpus: int, free: I64, cluster: Cluster, max_level: int, rng: np.random.Generator
     ) -> Allocation | None:
         groups = _groups(gpus, free, cluster, max_level)
         return _take(groups[0], free, gpus, cluster) if groups else None
@@ -103,7 +118,7 @@ class RandomSpread:
     name: ClassVar[str] = "random"
 
     def place(
-        self, gpus: int, free: I64, cluster: Cluster, max_level: Level, rng: np.random.Generator
+        self, gpus: int, free: I64, cluster: Cluster, max_level: int, rng: np.random.Generator
     ) -> Allocation | None:
         groups = _groups(gpus, free, cluster, max_level)
         if not groups:

@@ -11,25 +11,37 @@ from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 
 
-def parse_timers(text: str) -> tuple[float, float] | None:
-    """``auto`` -> None; ``RACK_S,NET_S`` -> the two fixed timers (seconds, rack <= network)."""
+def parse_timers(text: str) -> tuple[float, ...] | None:
+    """``auto`` -> None; ``RACK_S,NET_S`` (or one value per switch level above a machine on a
+    deeper tree, ToR first) -> the fixed timers in seconds, never decreasing outwards."""
     if text.strip().lower() == "auto":
         return None
     parts = [p.strip() for p in text.split(",")]
     try:
-        if len(parts) != 2:
+        if len(parts) < 2:
             raise ValueError
-        rack, net = float(parts[0]), float(parts[1])
+        timers = tuple(float(p) for p in parts)
     except ValueError:
         raise ConfigError(
-            f"timers = {text!r}: expected 'auto' or 'RACK_S,NET_S' (two numbers of seconds)"
+            f"timers = {text!r}: expected 'auto' or 'RACK_S,NET_S' (numbers of seconds, one per "
+            "switch level above a machine)"
         ) from None
-    if not (0 <= rack <= net < float("inf")):
+    ordered = all(a <= b for a, b in itertools.pairwise(timers))
+    if not (timers[0] >= 0 and ordered and timers[-1] < float("inf")):
         raise ConfigError(
             f"timers = {text!r}: need 0 <= rack timer <= network timer (a cross-rack placement "
             f"waits at least as long as a rack-level one)"
         )
-    return rack, net
+    return timers
+
+
+def check_timers(timers: tuple[float, ...] | None, steps: int, levels: tuple[str, ...]) -> None:
+    """Fixed timers must give one value per level a job may be relaxed to."""
+    if timers is not None and len(timers) != steps:
+        raise ConfigError(
+            f"netsens.timers has {len(timers)} values; this cluster needs {steps}, one per "
+            f"level a job may spread to ({', '.join(levels)})"
+        )
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -37,7 +49,8 @@ class NetSensConfig:
     """Options of the network-sensitive scheduler (``--opt key=value``)."""
 
     timers: str = "auto"
-    """'auto' (learned per GPU-demand class) or 'RACK_S,NET_S' fixed delay timers."""
+    """'auto' (learned per GPU-demand class) or 'RACK_S,NET_S' fixed delay timers (on a deeper
+    tree one value per switch level above a machine, e.g. 'TOR_S,POD_S,NET_S')."""
     sensitivity_ref: float = 0.05
     """Loss (slowdown - 1) at which a job waits its class's full timer; less waits less."""
     lease_s: float = 1_800.0
@@ -61,7 +74,8 @@ class NetSensConfig:
     """Seconds a move costs each moved job (checkpoint + restore) in the benefit test."""
     auto_initial_s: tuple[float, float] = (86_400.0, 86_400.0)
     """Auto: rack and network timers until ``auto_min_samples`` waits are seen (in all classes
-    together). With no evidence yet a job waits long for locality, as under consolidation."""
+    together; on a deeper tree the network value serves every level above the ToR). With no
+    evidence yet a job waits long for locality, as under consolidation."""
     auto_stat: Literal["mean+2std", "p90", "max"] = "mean+2std"
     """Auto: the statistic of recent waits a timer is set to."""
     auto_window: int = 64

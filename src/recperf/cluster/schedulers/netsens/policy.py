@@ -9,14 +9,14 @@ import numpy as np
 
 from recperf.cluster.base import F64, I64, SCHEDULERS, BoolArr, Decision, SchedulerView
 from recperf.cluster.jobs import JobTable
-from recperf.cluster.schedulers.netsens.config import NetSensConfig, parse_timers
+from recperf.cluster.schedulers.netsens.config import NetSensConfig, check_timers, parse_timers
 from recperf.cluster.schedulers.netsens.preemption import PreemptionPlanner
 from recperf.cluster.schedulers.netsens.timers import TimerTuner, demand_class
 from recperf.cluster.schedulers.tiresias import demotion_in
 from recperf.cluster.sensitivity import Sensitivity
 from recperf.cluster.topology import Cluster, Level
 
-_MACHINE, _RACK, _CLUSTER = int(Level.MACHINE), int(Level.RACK), int(Level.CLUSTER)
+_MACHINE = int(Level.MACHINE)
 
 
 @SCHEDULERS.register("netsens")
@@ -37,13 +37,16 @@ class NetSens:
 
     def reset(self, jobs: JobTable, cluster: Cluster) -> None:
         n = len(jobs)
-        self.tuner = TimerTuner(self.config)
+        self._top = cluster.top
+        self._steps = cluster.top - 1  # timers: one per level a job may be relaxed to
+        check_timers(self._fixed, self._steps, cluster.level_names[2:])
+        self.tuner = TimerTuner(self.config, self._steps)
         self._sens = None
         self._planner = None
         self._min_level = cluster.min_levels(jobs.gpus).astype(np.int64)
         self._class = np.asarray([demand_class(g) for g in jobs.gpus.tolist()], dtype=np.int64)
         self._n_classes = int(self._class.max(initial=0)) + 1
-        self._table = np.zeros((self._n_classes, 2))
+        self._table = np.zeros((self._n_classes, self._steps))
         self._table_version = -1
         self._base = np.zeros(n)
         self._held_since = np.full(n, np.nan)
@@ -54,27 +57,29 @@ class NetSens:
         self._spread: set[int] = set()  # running (or checkpointing) wider than they could be
 
     # ------------------------------------------------------------------ timers
-    def _class_timers(self, classes: I64) -> tuple[F64, F64]:
+    def _class_timers(self, classes: I64) -> F64:
+        """Class timers of each job, one row per level it may be relaxed to."""
         if self._fixed is not None:
-            r, n = self._fixed
-            return np.full(classes.size, r), np.full(classes.size, n)
+            return np.repeat(np.asarray(self._fixed)[:, None], classes.size, axis=1)
         if self._table_version != self.tuner.version:
             self._table = np.asarray(
                 [self.tuner.timers(c) for c in range(self._n_classes)], dtype=np.float64
-            ).reshape(self._n_classes, 2)
+            ).reshape(self._n_classes, self._steps)
             self._table_version = self.tuner.version
-        return self._table[classes, 0], self._table[classes, 1]
+        out: F64 = self._table[classes].T
+        return out
 
-    def job_timers(self, ids: I64) -> tuple[F64, F64]:
-        """Per-job (rack, network) timers: the class timers scaled by sensitivity."""
+    def job_timers(self, ids: I64) -> F64:
+        """Per-job timers (row ``k``: before a placement at level ``MACHINE + k + 1``; on racks x
+        machines the rack and network timers): the class timers scaled by the job's loss at
+        that level, each at least the one before."""
         assert self._sens is not None
         ref = self.config.sensitivity_ref
-        rack, net = self._class_timers(self._class[ids])
-        s_rack = np.minimum(self._sens.rack_loss[ids] / ref, 1.0)
-        s_net = np.minimum(self._sens.cluster_loss[ids] / ref, 1.0)
-        t_rack = rack * s_rack
-        out_net: F64 = np.maximum(net * s_net, t_rack)
-        return t_rack, out_net
+        out: F64 = self._class_timers(self._class[ids]).copy()
+        for k in range(self._steps):
+            scale = np.minimum(self._sens.loss(_MACHINE + k + 1)[ids] / ref, 1.0)
+            out[k] = out[k] * scale if k == 0 else np.maximum(out[k] * scale, out[k - 1])
+        return out
 
     def _observe(self, view: SchedulerView, running: BoolArr) -> None:
         """Record the locality wait of every job that started since the last decision, and
@@ -101,7 +106,7 @@ class NetSens:
         d = view.jobs.gpus[waiting]
         lv = self._min_level[waiting]
         caps = view.cluster.level_caps(view.free)
-        held = (d <= view.free_gpus) & (lv < _CLUSTER) & (d > caps[lv])
+        held = (d <= view.free_gpus) & (lv < self._top) & (d > caps[lv])
         fresh = waiting[held & np.isnan(self._held_since[waiting])]
         self._held_since[fresh] = view.now
 
@@ -116,7 +121,7 @@ class NetSens:
         waiting = ~running
         wpos = np.flatnonzero(waiting)  # most decisions concern a few waiting jobs only
         wids = ids[wpos]
-        waited_w, level_w, t_rack, t_net, moving_w, displaced_w = self._waiting_levels(view, wids)
+        waited_w, level_w, timers, moving_w, displaced_w = self._waiting_levels(view, wids)
         attained = view.attained_gpu_s
         executed = attained / view.jobs.gpus[ids]
         running_since = view.running_since
@@ -154,7 +159,7 @@ class NetSens:
 
         times = [float(np.min(running_since[leased], initial=np.inf)) + cfg.lease_s - now]
         times += las_times
-        times += self._wait_timers(view, wids, waited_w, level_w, t_rack, t_net)
+        times += self._wait_timers(view, wids, waited_w, level_w, timers)
         return Decision(order=order, max_level=max_level, wake_at=_wake_at(now, times))
 
     def _begin(self, view: SchedulerView) -> PreemptionPlanner:
@@ -201,20 +206,21 @@ class NetSens:
 
     def _waiting_levels(
         self, view: SchedulerView, wids: I64
-    ) -> tuple[F64, I64, F64, F64, BoolArr, BoolArr]:
+    ) -> tuple[F64, I64, F64, BoolArr, BoolArr]:
         """For waiting jobs ``wids``: time waited, the widest level each may use now (delay
         timers, then moves in progress), the timers, and which are moving / displaced."""
         waited: F64 = view.now - view.progress.waiting_since[wids]
         level = self._min_level[wids].copy()
-        t_rack, t_net = self.job_timers(wids)
-        level[(level == _MACHINE) & (waited >= t_rack)] = _RACK
-        level[(level <= _RACK) & (waited >= t_net)] = _CLUSTER
+        timers = self.job_timers(wids)
+        level[(level == _MACHINE) & (waited >= timers[0])] = _MACHINE + 1
+        for k in range(1, self._steps):
+            level[(level <= _MACHINE + k) & (waited >= timers[k])] = _MACHINE + k + 1
         moving = self._moving[wids]
         level[moving] = self._min_level[wids[moving]]
         # Displaced jobs were chosen as insensitive: they restart at once wherever GPUs are.
         displaced = self._displaced[wids]
-        level[displaced] = _CLUSTER
-        return waited, level, t_rack, t_net, moving, displaced
+        level[displaced] = self._top
+        return waited, level, timers, moving, displaced
 
     def _may_move(self, view: SchedulerView) -> bool:
         """Whether a reclaim or a migration could be planned now: a running job placed wider
@@ -235,7 +241,7 @@ class NetSens:
         that a preemption round keeps them all."""
         cfg, ids, now = self.config, view.active, view.now
         wids = ids[~view.running]
-        waited, level, t_rack, t_net, moving, displaced = self._waiting_levels(view, wids)
+        waited, level, timers, moving, displaced = self._waiting_levels(view, wids)
         key = np.zeros(wids.size, dtype=np.int64)
         key[displaced] = -2
         key[moving] = -3
@@ -244,7 +250,7 @@ class NetSens:
         lease_ends = started + cfg.lease_s - now
         lease_ends = lease_ends[lease_ends > 0]
         times = [float(lease_ends.min())] if lease_ends.size else []
-        times += self._wait_timers(view, wids, waited, level, t_rack, t_net)
+        times += self._wait_timers(view, wids, waited, level, timers)
         wake = _wake_at(now, times)
         order, max_level = wids[prio], level[prio].astype(np.int8)
         if view.may_preempt:
@@ -259,8 +265,7 @@ class NetSens:
         wids: I64,
         waited: F64,
         level: I64,
-        t_rack: F64,
-        t_net: F64,
+        timers: F64,
     ) -> list[float]:
         """Seconds until a waiting job may reclaim or its next delay timer expires."""
         cfg, times = self.config, []
@@ -273,7 +278,8 @@ class NetSens:
             if due.any():
                 times.append(float(np.min(cfg.reclaim_after_s - held_for[due])))
         fits = view.jobs.gpus[wids] <= view.free_gpus
-        for timer, lv in ((t_rack, _MACHINE), (t_net, _RACK)):
+        for k in range(self._steps):
+            timer, lv = timers[k], _MACHINE + k
             pending = fits & (level == lv) & (waited < timer)
             if pending.any():
                 times.append(float(np.min(timer[pending] - waited[pending])))

@@ -11,7 +11,7 @@ from recperf.cluster.schedulers.netsens.config import NetSensConfig
 from recperf.cluster.sensitivity import Sensitivity
 from recperf.cluster.topology import Cluster, Level
 
-_MACHINE, _RACK = int(Level.MACHINE), int(Level.RACK)
+_MACHINE = int(Level.MACHINE)
 _MAX_PLANNED = 256  # waiting jobs examined per preemption round
 _PLANNER = BestFit()  # how the planner expects the engine to place (the default policy)
 _NO_RNG = np.random.default_rng(0)  # best-fit draws nothing
@@ -142,11 +142,7 @@ class PreemptionPlanner:
             d, tight = int(gpus[w]), int(self._min_level[ids[w]])
             if d > spare or tight < _MACHINE or d <= view.cluster.level_caps(free)[tight]:
                 continue
-            loss = float(
-                self._sens.rack_loss[ids[w]]
-                if tight == _MACHINE
-                else self._sens.cluster_loss[ids[w]]
-            )
+            loss = float(self._sens.loss(tight + 1)[ids[w]])
             victims = self._victims_for(view, expired, stop, loss)
             chosen = _cheapest_victims(view, victims, d, tight, free, None, alone=False)
             if not chosen:
@@ -239,13 +235,8 @@ def _cheapest_victims(
         allocs.append(alloc)
         held[list(alloc.machines)] += np.asarray(alloc.counts, dtype=np.int64)
     base = np.zeros_like(free) if alone else free
-    if lv <= _MACHINE:
-        room, base_room, width = base + held, base, 1
-    elif lv == _RACK:
-        room, base_room, width = c.rack_free(base + held), c.rack_free(base), c.machines_per_rack
-    else:
-        room = np.asarray([int((base + held).sum())])
-        base_room, width = np.asarray([int(base.sum())]), c.machines
+    room, base_room = c.group_free(base + held, lv), c.group_free(base, lv)
+    group = c.tree.group_of(lv)
     candidates = np.flatnonzero(room >= d)
     if not candidates.size:
         return None
@@ -259,7 +250,7 @@ def _cheapest_victims(
             if got >= d:
                 break
             inside = sum(
-                k for m, k in zip(alloc.machines, alloc.counts, strict=True) if m // width == g
+                k for m, k in zip(alloc.machines, alloc.counts, strict=True) if group[m] == g
             )
             if inside:
                 chosen.append(v)
@@ -279,7 +270,7 @@ def _give_back(free: I64, view: SchedulerView, job: int) -> None:
 def _take(free: I64, c: Cluster, d: int, lv: int) -> bool:
     """Plan a ``d``-GPU job at level ``lv`` on ``free`` with the best-fit policy; False if it
     does not fit."""
-    alloc = _PLANNER.place(d, free, c, Level(lv), _NO_RNG)
+    alloc = _PLANNER.place(d, free, c, lv, _NO_RNG)
     if alloc is None:
         return False
     free[list(alloc.machines)] -= np.asarray(alloc.counts, dtype=np.int64)

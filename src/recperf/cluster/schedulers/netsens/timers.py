@@ -1,6 +1,6 @@
-"""netsens' learned delay timers (``timers = "auto"``): per GPU-demand class, a statistic of the
-recent locality waits that ended in a machine-level (rack timer) or rack-level (network timer)
-placement."""
+"""netsens' learned delay timers (``timers = "auto"``): per GPU-demand class and level, a statistic
+of the recent locality waits that ended in a placement at that level: machine-level waits set the
+rack timer, rack-level ones the next timer out, and so on up the switch tree."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from recperf.cluster.schedulers.netsens.config import NetSensConfig
 from recperf.cluster.topology import Level
 
-_MACHINE, _RACK = int(Level.MACHINE), int(Level.RACK)
+_MACHINE = int(Level.MACHINE)
 
 
 def demand_class(gpus: int) -> int:
@@ -22,10 +22,12 @@ def demand_class(gpus: int) -> int:
 class TimerTuner:
     """Learns delay timers per GPU-demand class from recent locality waits."""
 
-    def __init__(self, cfg: NetSensConfig) -> None:
+    def __init__(self, cfg: NetSensConfig, steps: int = 2) -> None:
         self.cfg = cfg
+        self.steps = steps
+        """Timers per class: one per level a job may be relaxed to (top - 1)."""
         self._waits: dict[tuple[int, int], deque[float]] = {}
-        self._cache: dict[int, tuple[float, float]] = {}
+        self._cache: dict[int, tuple[float, ...]] = {}
         self.version = 0
         """Bumped by every recorded wait (timers may have changed)."""
 
@@ -34,7 +36,7 @@ class TimerTuner:
 
         Only jobs that were held back count: one placed at once says nothing about how long
         locality takes to come once a job has to wait for it."""
-        if level not in (_MACHINE, _RACK) or wait_s <= 0:
+        if not _MACHINE <= level < _MACHINE + self.steps or wait_s <= 0:
             return
         key = (cls, level)
         if key not in self._waits:
@@ -62,16 +64,19 @@ class TimerTuner:
             stat = float(arr.mean() + 2.0 * arr.std())
         return min(stat, self.cfg.auto_max_s)
 
-    def timers(self, cls: int) -> tuple[float, float]:
-        """(rack timer, network timer) for a class; the network one is never the shorter."""
+    def timers(self, cls: int) -> tuple[float, ...]:
+        """The class's timers, ToR first (the rack timer, then the network timer on racks x
+        machines); each never shorter than the one before."""
         hit = self._cache.get(cls)
         if hit is None:
             r0, n0 = self.cfg.auto_initial_s
-            rack = self._stat(cls, _MACHINE, r0)
-            hit = (rack, max(self._stat(cls, _RACK, n0), rack))
+            out = [self._stat(cls, _MACHINE, r0)]
+            for k in range(1, self.steps):
+                out.append(max(self._stat(cls, _MACHINE + k, n0), out[-1]))
+            hit = tuple(out)
             self._cache[cls] = hit
         return hit
 
-    def snapshot(self) -> dict[int, tuple[float, float]]:
+    def snapshot(self) -> dict[int, tuple[float, ...]]:
         """Current timers of every class seen so far."""
         return {c: self.timers(c) for c in sorted({c for c, _ in self._waits})}
