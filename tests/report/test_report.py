@@ -296,7 +296,9 @@ def test_outcome_leaves_out_failed_runs() -> None:
     assert ns.outcome_text(none) == "Lowest mean JCT: at 2× no run finished."
 
 
-def test_full_report_covers_both_traces_and_the_congestion_grid(tmp_path: Path) -> None:
+def test_full_report_covers_the_traces_a_real_topology_and_the_congestion_grid(
+    tmp_path: Path,
+) -> None:
     out = build_report(tmp_path)
     page = out.read_text(encoding="utf-8")
     report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
@@ -305,12 +307,16 @@ def test_full_report_covers_both_traces_and_the_congestion_grid(tmp_path: Path) 
     assert {t: (r["cluster"], r["jobs"]) for t, r in traces.items()} == {
         "tiresias-480": ("tiresias-n32g4", 480),
         "helios-500": ("helios", 500),
+        "synthetic on lingjun": ("lingjun", 3000),
     }
-    for index, trace in enumerate(("tiresias-480", "helios-500")):  # page order
+    assert traces["synthetic on lingjun"]["cluster_shape"].startswith("847 hosts / 119 asw")
+    slugs = ("tiresias-480", "helios-500", "synthetic-on-lingjun")
+    for index, trace in enumerate(slugs):  # page order
         for part in FIGURE_PARTS:
             assert f'id="cluster-{index}-{trace}-{part}"' in page
+    assert "within psw" in page and "across psws" in page  # the tree's levels as columns
     assert page.count('class="rp-figure"') == (
-        2 * len(FIGURE_PARTS)
+        3 * len(FIGURE_PARTS)
         + len(NETSENS_PARTS)
         + INGEST_FULL_FIGURES
         + STALLS_FIGURES

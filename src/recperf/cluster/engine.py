@@ -291,7 +291,7 @@ class Simulator:
                     f"{self.free_total} GPUs are free, and scheduler {self.scheduler_name!r} with "
                     f"placement {self.placement.name!r} starts none of them"
                 )
-            changed = False
+            changed = freed = False
             while nxt < n and float(arrivals[nxt]) <= now:
                 self._activate(nxt, now)
                 nxt += 1
@@ -312,9 +312,10 @@ class Simulator:
                         progress(finished / n)
                 else:
                     self._checkpoint_done(j, now)
+                    freed = True
                 changed = True
             if changed and self.n_waiting and (self.free_total or self.preemptive):
-                self._maybe_decide(now)
+                self._maybe_decide(now, freed)
         if progress is not None:
             progress(1.0)
         return self._result()
@@ -342,12 +343,18 @@ class Simulator:
         out: I64 = np.flatnonzero(self.is_active[self.lo : self.hi]) + self.lo
         return out
 
-    def _maybe_decide(self, now: float) -> None:
+    def _maybe_decide(self, now: float, freed: bool = False) -> None:
         """Decide now; within a round, a preemptive scheduler only fills free GPUs and is asked
         again at the round's end. With ``rounds_s``, decide only on a round boundary (else wake
-        at the next one), and ask a preemptive scheduler again each round while jobs wait."""
+        at the next one), and ask a preemptive scheduler again each round while jobs wait;
+        GPUs ``freed`` by a checkpoint go at once to the jobs the boundary's preemption was
+        for (the scheduler's order, filling free GPUs only), not a round later."""
         if self.cfg.rounds_s > 0:
             boundary = self._boundary(now)
+            if freed and boundary > now:
+                self._decide(now, preempt=False)
+                self._wake(boundary)
+                return
             if boundary > now:
                 self._wake(boundary)
                 return

@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from recperf.cluster.api import RunSpec, compare
 from recperf.cluster.metrics import summarize, utilization_series
 from recperf.cluster.outcome import SimResult
+from recperf.cluster.traces.synthetic import SyntheticConfig
 from recperf.core.progress import ProgressFn
 from recperf.report.section import (
     LAYOUT,
@@ -36,9 +37,18 @@ from recperf.report.section import (
 KEY = "cluster"
 TITLE = "GPU-cluster scheduling"
 SCHEDULERS = ("fifo", "sjf", "srtf", "tiresias", "consolidate")
-TRACES = ("tiresias-480", "helios-500")
-"""Each on its own default cluster (tiresias-n32g4, helios); both together run in seconds."""
-QUICK_TRACES = ("tiresias-480",)
+REAL_TOPOLOGY = RunSpec(
+    trace="synthetic",
+    cluster="lingjun",
+    synthetic=SyntheticConfig(
+        jobs=3_000, load=1.0, gpus_per_job="1:0.4,8:0.3,16:0.15,64:0.1,128:0.04,512:0.01"
+    ),
+)
+"""Lingjun's real switch tree (847 hosts, 119 ToRs, 3 aggregation switches). Its job file could
+not be obtained, so Poisson arrivals at offered load 1.0 with a mix of large jobs drive it."""
+TRACES = (RunSpec(trace="tiresias-480"), RunSpec(trace="helios-500"), REAL_TOPOLOGY)
+"""The first two each on its own default cluster (tiresias-n32g4, helios); all in seconds."""
+QUICK_TRACES = (RunSpec(trace="tiresias-480"),)
 LONGEST_JOBS = 5
 
 
@@ -52,9 +62,9 @@ class ClusterRun:
 
 
 def run_trace(
-    trace: str, schedulers: Sequence[str] = SCHEDULERS, progress: ProgressFn | None = None
+    spec: RunSpec, schedulers: Sequence[str] = SCHEDULERS, progress: ProgressFn | None = None
 ) -> ClusterRun:
-    """Simulate ``trace`` on its default cluster under each scheduler; ``progress`` gets 0..1."""
+    """Simulate ``spec``'s trace on its cluster under each scheduler; ``progress`` gets 0..1."""
     done = 0
 
     def on_done(_name: str, _res: SimResult) -> None:
@@ -64,21 +74,22 @@ def run_trace(
             progress(done / len(schedulers))
 
     start = time.perf_counter()
-    results = compare(RunSpec(trace=trace), list(schedulers), on_done=on_done)
-    return ClusterRun(trace=trace, results=results, seconds=time.perf_counter() - start)
+    results = compare(spec, list(schedulers), on_done=on_done)
+    label = spec.trace if spec.cluster is None else f"{spec.trace} on {spec.cluster}"
+    return ClusterRun(trace=label, results=results, seconds=time.perf_counter() - start)
 
 
 def cluster_section(*, quick: bool = False, progress: ProgressFn | None = None) -> Section:
     """Run the embedded default (``quick``: one trace) and build the section."""
     traces = QUICK_TRACES if quick else TRACES
     runs = []
-    for i, trace in enumerate(traces):
+    for i, spec in enumerate(traces):
 
         def sub(frac: float, i: int = i) -> None:
             if progress is not None:
                 progress((i + frac) / len(traces))
 
-        runs.append(run_trace(trace, SCHEDULERS, sub))
+        runs.append(run_trace(spec, SCHEDULERS, sub))
     return section_from_runs(runs)
 
 
@@ -102,6 +113,7 @@ def _run_data(run: ClusterRun) -> dict[str, Any]:
     return {
         "cluster": first.cluster.name,
         "cluster_gpus": first.cluster.gpus,
+        "cluster_shape": first.cluster.shape,
         "placement": first.placement,
         "jobs": len(first.jobs),
         "simulated_in_s": run.seconds,
@@ -116,7 +128,7 @@ def _slug(text: str) -> str:
 def _run_html(index: int, run: ClusterRun) -> str:
     first = next(iter(run.results.values()))
     where = (
-        f"trace {run.trace}, cluster {first.cluster.name} ({first.cluster.gpus} GPUs), "
+        f"trace {run.trace}, cluster {first.cluster.name} ({first.cluster.shape}), "
         f"{len(first.jobs)} jobs, {first.placement} placement"
     )
     fid = f"cluster-{index}-{_slug(run.trace)}"
@@ -220,26 +232,35 @@ _COLUMNS: tuple[tuple[str, str, float, int, int], ...] = (
     ("preemptions", "preemptions", 1, 0, 0),
     ("jobs_single_gpu", "1-GPU jobs", 1, 0, 0),
     ("jobs_within_machine", "within machine", 1, 0, 0),
-    ("jobs_within_rack", "within rack", 1, 0, 0),
-    ("jobs_across_racks", "across racks", 1, 0, 0),
 )
+
+
+def _level_columns(summary: Mapping[str, Any]) -> list[tuple[str, str, float, int, int]]:
+    """One column per switch level of the run's cluster (``jobs_within_rack``, ...)."""
+    return [
+        (key, key.removeprefix("jobs_").replace("_", " "), 1, 0, 0)
+        for key in summary
+        if key.startswith(("jobs_within_", "jobs_across_")) and key != "jobs_within_machine"
+    ]
 
 
 def _summary_table(summaries: Mapping[str, dict[str, Any]]) -> str:
     names = list(summaries)
     rows: list[list[object]] = [[n] for n in names]
     bold: list[tuple[int, int]] = []
-    for col, (key, _hdr, scale, digits, better) in enumerate(_COLUMNS, start=1):
+    columns = [*_COLUMNS, *_level_columns(summaries[names[0]])]
+    levels = len(columns) - len(_COLUMNS) + 2
+    for col, (key, _hdr, scale, digits, better) in enumerate(columns, start=1):
         values = np.array([float(summaries[n][key]) * scale for n in names])
         for r, v in enumerate(values):
             rows[r].append(fmt_num(float(v), digits))
         if better and np.isfinite(values).any():
             best = np.nanmin(values) if better < 0 else np.nanmax(values)
             bold += [(r, col) for r in range(len(names)) if values[r] == best]
-    header = ["scheduler", *(c[1] for c in _COLUMNS)]
+    header = ["scheduler", *(c[1] for c in columns)]
     caption = (
-        "Summary per scheduler; best value per column in bold. The last four columns count "
-        "jobs by the widest level their placement ever spanned."
+        f"Summary per scheduler; best value per column in bold. The last {levels} columns "
+        "count jobs by the widest level their placement ever spanned."
     )
     return table_html(header, rows, caption=caption, bold=bold)
 
