@@ -19,6 +19,7 @@ from recperf.cluster.api import (
     compare,
     load_jobs,
     simulate,
+    trace_scopes,
     write_run,
 )
 from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS
@@ -26,7 +27,7 @@ from recperf.cluster.engine import check_fits
 from recperf.cluster.limits import MAX_SWEEP_RUNS
 from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.sweep import Sweep, run_sweep, split_trace, write_sweep
-from recperf.cluster.topology import PRESETS
+from recperf.cluster.topology import load_cluster, preset_names
 from recperf.cluster.traces import BUNDLED
 from recperf.cluster.traces.synthetic import SyntheticConfig
 from recperf.core.config import check_range, from_mapping, parse_floats, parse_names, parse_seeds
@@ -59,7 +60,7 @@ PlacementOpt = typer.Option(
 )
 ClusterOpt = typer.Option(
     None,
-    help=f"Cluster preset ({', '.join(PRESETS)}) or a TOML file. Default: the trace's own cluster.",
+    help=f"Cluster preset ({', '.join(preset_names())}) or a TOML file. Default: the trace's own cluster.",
 )
 SeedOpt = typer.Option(0, help="Seed for synthetic traces and random placement.")
 JitterOpt = typer.Option(
@@ -68,7 +69,16 @@ JitterOpt = typer.Option(
     help="Move each arrival by a seeded uniform draw in +-S seconds (seeds then differ on "
     "real traces).",
 )
-SCOPES_HELP = "synthetic, engine, or a scheduler's name, e.g. tiresias, netsens"
+SCOPES_HELP = (
+    "synthetic, engine, a trace format (csv, helios, philly-raw) or a scheduler's name, e.g. "
+    "tiresias, netsens"
+)
+DropOpt = typer.Option(
+    False,
+    "--drop-oversized",
+    help="Drop the jobs that need more GPUs than the cluster has (counted as dropped_oversized "
+    "in the summary) instead of failing on the first.",
+)
 
 TIMERS = Flag("timers", "netsens", str | None,
     "netsens delay timers: auto (learned per GPU-demand class) or RACK_S,NET_S fixed seconds "
@@ -81,6 +91,12 @@ ENGINE_FLAGS = (
          "Seconds a resumed job holds GPUs before progressing"),
     Flag("round_s", "engine", float | None,
          "Preemption round length (s); 0 = any event"),
+    Flag("network", "engine", str | None,
+         "on: the network model; off: every placement at the job's consolidated rate, no "
+         "shared links (Gavel's assumption)"),
+    Flag("rounds_s", "engine", float | None,
+         "Decide only every S seconds, as round-based simulators do (Gavel: 360); 0 = at "
+         "every event", names=("--rounds",)),
 )  # fmt: skip
 CONGESTION = Flag("congestion", "engine", float | None,
     "Factor (>= 1) on rack-uplink oversubscription: 1 = the cluster's own, 4 = a network four "
@@ -97,7 +113,17 @@ SYNTHETIC_FLAGS = (
     Flag("mean_duration_s", "synthetic", float | None,
          "Synthetic: mean job run time (s)"),
 )  # fmt: skip
-RUN_FLAGS = (*SYNTHETIC_FLAGS, *ENGINE_FLAGS, CONGESTION, TIMERS)
+TRACE_FLAGS = (
+    Flag("columns", "csv", str | None,
+         "csv: KEY=COLUMN pairs, e.g. arrival=submit,duration=runtime,gpus=num_gpus "
+         "(optional keys: model, user, id)"),
+    Flag("time_format", "csv", str | None,
+         "csv: strptime format of the arrival column, e.g. '%d/%m/%Y %H:%M' (default: seconds "
+         "or ISO date-times)"),
+    Flag("duration_unit", "csv", str | None,
+         "csv: unit of the duration column: s, min or h"),
+)  # fmt: skip
+RUN_FLAGS = (*SYNTHETIC_FLAGS, *ENGINE_FLAGS, CONGESTION, TIMERS, *TRACE_FLAGS)
 
 
 def build_spec(
@@ -110,6 +136,7 @@ def build_spec(
     cluster: str | None,
     seed: int,
     jitter_s: float | None,
+    drop_oversized: bool = False,
 ) -> tuple[RunSpec, dict[str, dict[str, Any]]]:
     """The RunSpec of the first scheduler and every scheduler's validated options, from the
     --config tables, --set pairs and shortcut flags (flags win)."""
@@ -120,7 +147,10 @@ def build_spec(
         if given:
             raise ConfigError(f"--{given[0].replace('_', '-')} only applies to --trace synthetic")
     renamed = {"scheduler": schedulers[0]} if len(schedulers) == 1 else {}
-    opts = settings.resolve(["synthetic", "engine", placement, *schedulers], renamed)
+    formats = trace_scopes([trace], fmt)  # their loaders' Configs are --set scopes too
+    opts = settings.resolve(["synthetic", "engine", *formats, placement, *schedulers], renamed)
+    for f in formats:  # a bad column mapping fails now, before the trace is read
+        TRACE_LOADERS.config(f, opts[f])
     PLACEMENTS.config(placement, opts[placement])
     build_placement(placement)
     per_scheduler = {s: opts[s] for s in schedulers}
@@ -135,6 +165,8 @@ def build_spec(
         cluster=cluster,
         seed=seed,
         synthetic=from_mapping(SyntheticConfig, opts["synthetic"], "synthetic"),
+        trace_options={f: opts[f] for f in formats},
+        drop_oversized=drop_oversized,
         engine=from_mapping(EngineConfig, opts["engine"], "engine"),
         jitter_s=jitter_s or 0.0,
     )
@@ -154,6 +186,7 @@ def simulate_cmd(
     cluster: str | None = ClusterOpt,
     seed: int = SeedOpt,
     jitter_s: float | None = JitterOpt,
+    drop_oversized: bool = DropOpt,
     opt: list[str] | None = typer.Option(
         None, "--opt", help="KEY=VALUE: alias of --set SCHEDULER.KEY=VALUE (repeatable)."
     ),
@@ -162,7 +195,7 @@ def simulate_cmd(
     settings = settings.with_sets(f"{scheduler}.{pair}" for pair in opt or [])
     spec, _ = build_spec(
         settings, trace=trace, fmt=fmt, schedulers=[scheduler], placement=placement,
-        cluster=cluster, seed=seed, jitter_s=jitter_s,
+        cluster=cluster, seed=seed, jitter_s=jitter_s, drop_oversized=drop_oversized,
     )  # fmt: skip
     out = settings.out
     assert out is not None
@@ -201,6 +234,7 @@ def compare_cmd(
     cluster: str | None = ClusterOpt,
     seed: int = SeedOpt,
     jitter_s: float | None = JitterOpt,
+    drop_oversized: bool = DropOpt,
 ) -> None:
     """Run several schedulers on the same trace and print one table."""
     names = parse_names(schedulers, "--schedulers")
@@ -209,7 +243,7 @@ def compare_cmd(
         raise ConfigError(f"--schedulers lists {dup!r} twice")
     spec, per_scheduler = build_spec(
         settings, trace=trace, fmt=fmt, schedulers=names, placement=placement, cluster=cluster,
-        seed=seed, jitter_s=jitter_s,
+        seed=seed, jitter_s=jitter_s, drop_oversized=drop_oversized,
     )  # fmt: skip
     out = settings.out
     assert out is not None
@@ -264,8 +298,8 @@ def sweep_table_rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 @command(
     app, "sweep", writes="sweep.json, runs.parquet and (with --jobs) jobs.parquet",
-    out="required", scopes_help="engine, or a scheduler's name",
-    flags=(*ENGINE_FLAGS, TIMERS),
+    out="required", scopes_help="engine, a trace format (csv, helios ...) or a scheduler's name",
+    flags=(*ENGINE_FLAGS, TIMERS, *TRACE_FLAGS),
 )  # fmt: skip
 def sweep_cmd(
     settings: Settings,
@@ -295,7 +329,7 @@ def sweep_cmd(
     ),
     cluster: str | None = typer.Option(
         None,
-        help=f"Cluster for traces without @CLUSTER: a preset ({', '.join(PRESETS)}) or a TOML "
+        help=f"Cluster for traces without @CLUSTER: a preset ({', '.join(preset_names())}) or a TOML "
         "file. Default: each trace's own cluster.",
     ),
     fmt: str | None = typer.Option(
@@ -319,6 +353,7 @@ def sweep_cmd(
     max_runs: int = typer.Option(
         MAX_SWEEP_RUNS, help="Refuse a sweep of more runs than this (a guard against typos)."
     ),
+    drop_oversized: bool = DropOpt,
 ) -> None:
     """Run every trace x scheduler x congestion x seed in parallel; print means over the seeds.
 
@@ -331,7 +366,10 @@ def sweep_cmd(
         raise ConfigError(
             f"--seeds {seeds}: {seed_count(seeds):,} seeds, above --max-runs {max_runs:,}"
         )
-    opts = settings.with_sets(opt or []).resolve(["engine", placement, *names])
+    formats = trace_scopes([split_trace(t)[0] for t in parse_names(traces, "--traces")], fmt)
+    opts = settings.with_sets(opt or []).resolve(["engine", *formats, placement, *names])
+    for f in formats:
+        TRACE_LOADERS.config(f, opts[f])
     if "congestion" in opts["engine"]:
         raise ConfigError("engine.congestion: a sweep takes its congestion from --congestion")
     PLACEMENTS.config(placement, opts[placement])
@@ -340,6 +378,8 @@ def sweep_cmd(
         placement=placement,
         cluster=cluster,
         jitter_s=jitter_s,
+        trace_options={f: opts[f] for f in formats},
+        drop_oversized=drop_oversized,
         engine=from_mapping(EngineConfig, opts["engine"], "engine"),
     )
     sweep = Sweep(
@@ -386,10 +426,7 @@ def list_cmd() -> None:
     )
     console.print(
         "[bold]clusters[/]: "
-        + ", ".join(
-            f"{k} ({c.racks}x{c.machines_per_rack}x{c.gpus_per_machine}={c.gpus} GPUs)"
-            for k, c in PRESETS.items()
-        )
+        + ", ".join(f"{k} ({load_cluster(k).shape})" for k in preset_names())
     )
     console.print("[bold]schedulers[/]: " + ", ".join(SCHEDULERS))
     console.print("[bold]placements[/]: " + ", ".join(PLACEMENTS))

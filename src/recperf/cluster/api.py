@@ -25,7 +25,7 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.metrics import job_columns, summarize, utilization_series
 from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster, load_cluster
-from recperf.cluster.traces import BUNDLED, bundled_path
+from recperf.cluster.traces import BUNDLED, BUNDLED_CLUSTERS, bundled_path
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError, RecperfError, RegistryError, TraceFormatError
@@ -41,9 +41,11 @@ class RunSpec:
     """Everything that determines one simulation; equal specs give byte-identical summaries."""
 
     trace: str = "tiresias-480"
-    """A bundled trace name (philly, tiresias-480, tiresias-60, helios-500, synthetic) or a path."""
+    """A bundled trace name (``recperf cluster list``: philly, helios-500, itp-cluster01 ...) or
+    a path."""
     format: str | None = None
-    """Trace format for a path (philly, tiresias, helios); bundled names know their own."""
+    """Trace format for a path (philly, tiresias, helios, itp, alibaba-gpu-2023, philly-raw,
+    csv); bundled names know their own."""
     scheduler: str = "fifo"
     """Scheduler name or ``module:attr``."""
     scheduler_options: Mapping[str, Any] = field(default_factory=dict)
@@ -58,6 +60,12 @@ class RunSpec:
     """Move each arrival by a seeded uniform draw in [-jitter_s, +jitter_s] (clamped at 0), so
     seeds give different interleavings of a real trace's jobs; 0 keeps the trace as it is."""
     synthetic: SyntheticConfig = field(default_factory=SyntheticConfig)
+    trace_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Fields of each trace format's Config, by format (``{"csv": {"columns": "..."}}``); a run
+    uses its own format's, so one mapping serves a sweep over several formats."""
+    drop_oversized: bool = False
+    """Drop the jobs that need more GPUs than the cluster has (counted as ``dropped_oversized``
+    in the summary) instead of failing on the first."""
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     def __post_init__(self) -> None:
@@ -93,7 +101,27 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
             raise ConfigError(f"--format synthetic generates jobs; it reads no file ({path})")
     if fmt == "synthetic":
         return SyntheticTrace(spec.synthetic), None
-    return build_plugin(TRACE_LOADERS, fmt, None, ("load",)), path
+    options = spec.trace_options.get(fmt)
+    return build_plugin(TRACE_LOADERS, fmt, options, ("load",)), path
+
+
+def trace_format(trace: str, fmt: str | None) -> str | None:
+    """The format a trace is read in: a bundled name's own, else ``fmt``."""
+    return BUNDLED[trace].format if trace in BUNDLED else fmt
+
+
+def trace_scopes(traces: Sequence[str], fmt: str | None) -> list[str]:
+    """The formats of ``traces`` (bundled names or files in ``fmt``) whose loaders take a
+    Config: the ``trace_options`` keys (and --set scopes) a run of them may have."""
+    formats = dict.fromkeys(trace_format(t, fmt) for t in traces)
+    return [f for f in formats if f is not None and f != "synthetic" and _takes_options(f)]
+
+
+def _takes_options(fmt: str) -> bool:
+    try:
+        return TRACE_LOADERS.entry(fmt).config is not None
+    except RegistryError:  # an unknown format fails, listing the known ones, when it loads
+        return False
 
 
 def build_plugin(
@@ -131,14 +159,34 @@ def build_placement(name: str) -> PlacementPolicy:
 
 
 def load_jobs(spec: RunSpec) -> tuple[JobTable, Cluster]:
+    """The trace's jobs and the cluster they run on (``spec.cluster``, else the bundled trace's
+    or the format's own), less the jobs too large for it with ``drop_oversized``."""
     loader, path = resolve_loader(spec)
-    cluster = load_cluster(spec.cluster or loader.default_cluster)
+    default = BUNDLED_CLUSTERS.get(spec.trace, loader.default_cluster)
+    cluster = load_cluster(spec.cluster or default)
     jobs = loader.load(path, cluster, np.random.default_rng(spec.seed))
     if len(jobs) == 0:  # a header-only file would summarise to nulls
         raise TraceFormatError(path or spec.trace, None, None, "holds no jobs")
+    if spec.drop_oversized:
+        jobs = drop_oversized(jobs, cluster, path or spec.trace)
     if spec.jitter_s > 0:
         jobs = jitter_arrivals(jobs, spec.jitter_s, spec.seed)
     return jobs, cluster
+
+
+def drop_oversized(jobs: JobTable, cluster: Cluster, source: Path | str) -> JobTable:
+    """The jobs that fit ``cluster``, with the count of the others as ``dropped_oversized``."""
+    fits = np.flatnonzero(jobs.gpus <= cluster.gpus)
+    if fits.size == 0:
+        raise TraceFormatError(
+            source,
+            None,
+            None,
+            f"every job needs more than the {cluster.gpus} GPUs of {cluster.name!r}",
+        )
+    dropped = len(jobs) - int(fits.size)
+    kept = jobs.subset(fits) if dropped else jobs
+    return kept.with_notes(dropped_oversized=dropped)
 
 
 def jitter_arrivals(jobs: JobTable, jitter_s: float, seed: int) -> JobTable:
@@ -169,6 +217,7 @@ def simulate(
 def run_summary(spec: RunSpec, res: SimResult) -> dict[str, Any]:
     summary = summarize(res)
     summary.update(trace=spec.trace, seed=spec.seed, congestion=spec.engine.congestion)
+    summary.update(res.jobs.trace_notes)  # what loading skipped, rounded or dropped
     return summary
 
 

@@ -13,7 +13,7 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.models import grad_bytes_for
 from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topology import Cluster
-from recperf.cluster.traces.common import integer, number, read_trace, seconds
+from recperf.cluster.traces.common import integer, number, read_trace, seconds, unique_ids
 from recperf.core.errors import TraceFormatError
 
 REQUIRED = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration")
@@ -42,6 +42,7 @@ class TiresiasTrace:
         cols: dict[str, list[float]] = {"gpus": [], "arr": [], "iters": [], "dur": []}
         names: list[str] = []
         models: list[str] = []
+        ids: list[tuple[int | None, str]] = []
         for row in reader:
             line = reader.line_num
             cols["gpus"].append(integer(path, line, "num_gpu", row["num_gpu"]))
@@ -52,6 +53,8 @@ class TiresiasTrace:
             cols["dur"].append(seconds(path, line, "duration", row["duration"], positive=True))
             names.append(str(row["job_id"]))
             models.append(str(row["model_name"]))
+            ids.append((line, names[-1]))
+        unique_ids(path, "job_id", ids)
         gpus_arr = np.asarray(cols["gpus"], dtype=np.int64)
         iters = np.asarray(cols["iters"])
         iter_s = np.asarray(cols["dur"]) / iters
