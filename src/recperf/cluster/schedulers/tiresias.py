@@ -56,6 +56,8 @@ class Tiresias:
     def __init__(self, config: TiresiasConfig | None = None) -> None:
         self.config = config or TiresiasConfig()
         self._thr = np.asarray(self.config.thresholds_gpu_s)
+        # int8 holds every queue and -1 (the leased) for up to 126 thresholds; it sorts faster.
+        self._int8_queues = self._thr.size < 127
         self._base = np.zeros(0)
 
     def reset(self, jobs: JobTable, cluster: Cluster) -> None:
@@ -79,12 +81,12 @@ class Tiresias:
                 promoted = wpos[starving]
                 self._base[ids[promoted]] = attained[promoted]
                 service[promoted] = attained[promoted] - self._base[ids[promoted]]
-        queue = queue_of(self._thr, service)
+        pos: I64 = np.searchsorted(self._thr, service, side="right")
+        queue: I8 | I64 = pos.astype(np.int8) if self._int8_queues else pos
         run_started = view.progress.run_started[ids]  # read where running only
         leased = running & (now - run_started < cfg.min_run_s)
         queue[leased] = -1
-        # Ties by id: ``active`` is ascending, so a stable sort by queue is lexsort((ids, queue))
-        # (and on int8, a radix sort).
+        # Ties by id: ``active`` is ascending, so a stable sort by queue is lexsort((ids, queue)).
         order = ids[queue.argsort(kind="stable")]
         times = [
             float(np.minimum.reduce(run_started[leased], initial=np.inf)) + cfg.min_run_s - now,
@@ -98,20 +100,9 @@ class Tiresias:
         return Decision(order=order, wake_at=wake)
 
 
-def queue_of(thresholds: F64, service: F64) -> I8 | I64:
-    """Each job's queue: how many (increasing) thresholds its service has reached, as
-    ``searchsorted(thresholds, service, side="right")`` but a comparison per threshold (few
-    thresholds: cheaper), in int8 where that holds every queue and -1 (a faster sort)."""
-    dtype = np.int8 if thresholds.size < 127 else np.int64
-    queue: I8 | I64 = (service >= thresholds[0]).astype(dtype)
-    for t in thresholds[1:].tolist():
-        queue += service >= t
-    return queue
-
-
 def demotion_in(thresholds: F64, mask: BoolArr, queue: I64 | I8, service: F64, gpus: I64) -> float:
     """Seconds until the first running job in ``mask`` crosses its queue's threshold."""
+    # Over all jobs, the others masked out of the minimum: fewer calls than selecting them.
+    limit = thresholds.take(queue, mode="wrap")  # as thresholds[queue]; past the top: masked
     mask = mask & (queue < thresholds.size)
-    if not np.count_nonzero(mask):
-        return float("inf")
-    return float(np.minimum.reduce((thresholds[queue[mask]] - service[mask]) / gpus[mask]))
+    return float(np.minimum.reduce((limit - service) / gpus, where=mask, initial=np.inf))
