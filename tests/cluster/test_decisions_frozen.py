@@ -50,8 +50,13 @@ def loaded(trace: str) -> tuple[JobTable, Cluster]:
 
 
 def run(trace: str, scheduler: str, congestion: float, **spec: object) -> SimResult:
-    engine = EngineConfig(congestion=congestion, round_s=float(spec.pop("round_s", 300.0)))
-    rs = api.RunSpec(trace="synthetic", scheduler=scheduler, engine=engine, **spec)  # type: ignore[arg-type]
+    engine = EngineConfig(
+        congestion=congestion,
+        round_s=float(spec.pop("round_s", 300.0)),
+        rounds_s=float(spec.pop("rounds_s", 0.0)),
+        network=str(spec.pop("network", "on")),
+    )
+    rs = api.RunSpec(trace="synthetic", scheduler=scheduler, engine=engine, **spec)
     return api.simulate(rs, loaded=loaded(trace))
 
 
@@ -76,6 +81,8 @@ CASES: list[tuple[str, str, float, dict[str, object]]] = [
     ("tiresias-480", "tiresias", 1.0, {"round_s": 0.0}),
     ("synthetic-2000", "fifo", 1.0, {"scheduler_options": {"backfill": True}}),
     ("synthetic-2000", "netsens", 1.0, {"scheduler_options": {"order": "las"}}),
+    ("helios-500", "tiresias", 1.0, {"rounds_s": 360.0, "network": "off"}),
+    ("philly-1000", "fifo", 1.0, {"rounds_s": 360.0}),
 ]
 
 
@@ -87,7 +94,8 @@ def case_id(case: tuple[str, str, float, dict[str, object]]) -> str:
     return f"{trace}-{scheduler}-c{congestion:g}{more}"
 
 
-# Digests of the code before the hot paths were optimised (branch perf, from 7a1c9ad).
+# Digests of the code before the hot paths were optimised (main at 7a1c9ad and at d14a83f give
+# the same; the rounds_s and network cases exist from d14a83f on).
 FROZEN: dict[str, tuple[str, int, int]] = {  # id: (digest, events, decisions)
     "tiresias-480-fifo-c1": ("02a706bc355c95c9", 960, 542),
     "tiresias-480-fifo-c4": ("02a706bc355c95c9", 960, 542),
@@ -156,6 +164,8 @@ FROZEN: dict[str, tuple[str, int, int]] = {  # id: (digest, events, decisions)
     "tiresias-480-tiresias-c1-round_s=0.0": ("fb01582380b8feeb", 1007, 658),
     "synthetic-2000-fifo-c1-backfill=True": ("f491f9f9a4737995", 4000, 2463),
     "synthetic-2000-netsens-c1-order=las": ("b6862af02dfd0673", 4573, 4421),
+    "helios-500-tiresias-c1-network=off-rounds_s=360.0": ("bcff2b04162584a6", 3888, 6363),
+    "philly-1000-fifo-c1-rounds_s=360.0": ("04dd3c723b0dd31b", 2000, 1206),
 }
 
 
