@@ -110,6 +110,8 @@ class Simulator:
         self.alloc: list[Allocation | None] = [None] * n
         self.links: list[tuple[int, ...]] = [()] * n
         self.free = np.full(c.machines, c.gpus_per_machine, dtype=np.int64)
+        self.free_view = self.free.view()  # what schedulers see: always current, read-only
+        self.free_view.setflags(write=False)
         self.free_total = c.gpus
         # Ids of arrived, unfinished jobs, ascending (arrivals come in id order): the first
         # n_active entries; kept so that a decision need not scan every job since the oldest.
@@ -330,8 +332,6 @@ class Simulator:
 
     def _view(self, now: float, preempt: bool) -> SchedulerView:
         ids = self._active_ids()
-        free = self.free.view()
-        free.setflags(write=False)
         return SchedulerView(
             now=now,
             cluster=self.cluster,
@@ -340,7 +340,7 @@ class Simulator:
             running=self.state[ids] == RUNNING,
             free_gpus=self.free_total,
             progress=self.progress,
-            free=free,
+            free=self.free_view,
             alloc=self.alloc,
             comm=self.comm,
             may_preempt=preempt,
@@ -451,10 +451,12 @@ class Simulator:
 
     def _place_in_order(self, order: I64, levels: I64, blocking: bool, now: float) -> None:
         waiting = self.state[order] == WAITING
-        if not np.count_nonzero(waiting):  # count_nonzero: a fraction of any()'s call cost
+        n_waiting = np.count_nonzero(waiting)  # a fraction of any()'s call cost
+        if not n_waiting:
             self.locality.update(_NO_JOBS, now)
             return
-        order, levels = order[waiting], levels[waiting]
+        if n_waiting < order.size:  # e.g. FIFO's order holds only waiting jobs: nothing to drop
+            order, levels = order[waiting], levels[waiting]
         demand = self.jobs.gpus[order]
         constrained = int(np.count_nonzero(levels < self.cluster.top)) > 0
         caps = self._level_caps(constrained)
