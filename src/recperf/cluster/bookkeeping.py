@@ -22,7 +22,8 @@ class EventQueue:
         self._seq = 0
         # A job's events carry the version they were pushed at; bumping it cancels them all
         # lazily: they stay in the heap and are dropped when they come up.
-        self._version: I64 = np.zeros(n_jobs, dtype=np.int64)
+        # A list, not an array: it is read or bumped at every push, pop and cancel.
+        self._version: list[int] = [0] * n_jobs
 
     def next_time(self) -> float:
         """Time of the earliest event still in the queue (it may be cancelled); inf if none."""
@@ -31,7 +32,7 @@ class EventQueue:
     def push(self, t: float, kind: int, job: int = -1) -> None:
         """Schedule an event at ``t``; ``job = -1`` for one that concerns no job (a wake-up)."""
         self._seq += 1
-        version = int(self._version[job]) if job >= 0 else 0
+        version = self._version[job] if job >= 0 else 0
         heapq.heappush(self._heap, (t, kind, self._seq, job, version))
 
     def cancel(self, job: int) -> None:
@@ -44,7 +45,7 @@ class EventQueue:
         heap = self._heap
         while heap and heap[0][0] <= now:
             _, kind, _, job, version = heapq.heappop(heap)
-            if job < 0 or version == int(self._version[job]):
+            if job < 0 or version == self._version[job]:
                 return kind, job
         return None
 

@@ -34,6 +34,8 @@ from recperf.core.errors import RecperfError, SimulationError
 from recperf.core.progress import ProgressFn
 
 WAITING, RUNNING, CHECKPOINTING, DONE = 1, 2, 3, 4  # job states; 0: not arrived yet
+_NO_JOBS: I64 = np.zeros(0, dtype=np.int64)
+_NO_JOBS.setflags(write=False)
 
 
 def check_fits(jobs: JobTable, cluster: Cluster) -> None:
@@ -108,12 +110,16 @@ class Simulator:
         self.alloc: list[Allocation | None] = [None] * n
         self.links: list[tuple[int, ...]] = [()] * n
         self.free = np.full(c.machines, c.gpus_per_machine, dtype=np.int64)
+        self.free_view = self.free.view()  # what schedulers see: always current, read-only
+        self.free_view.setflags(write=False)
         self.free_total = c.gpus
-        self.is_active = np.zeros(n, dtype=np.bool_)
-        self.lo = 0  # every job below lo has finished
-        self.hi = 0  # every job from hi on has not arrived
+        # Ids of arrived, unfinished jobs, ascending (arrivals come in id order): the first
+        # n_active entries; kept so that a decision need not scan every job since the oldest.
+        self.active_buf = np.zeros(n, dtype=np.int64)
         self.n_active = 0
         self.mark = np.zeros(n, dtype=np.bool_)
+        self.any_level = np.full(n, c.top, dtype=np.int64)  # levels of a decision
+        self.any_level.setflags(write=False)  # without max_level, sliced (not built) per decision
         self.n_waiting = 0
         self.uplink_jobs: list[set[int]] = [set() for _ in range(c.tree.links)]
         self.queue = EventQueue(n)
@@ -142,10 +148,11 @@ class Simulator:
         start = max(last, float(self.restore_until[j]))
         if now > start:
             dt = now - start
-            iters = dt / float(self.iter_s[j])
+            iter_s = float(self.iter_s[j])
+            iters = dt / iter_s
             self.done[j] += iters
             self.progress_s[j] += dt
-            self.comm_s[j] += dt * float(self.comm_now[j]) / float(self.iter_s[j])
+            self.comm_s[j] += dt * float(self.comm_now[j]) / iter_s
             if self.cfg.record_segments:
                 self.segments.append(Segment(j, start, now, None, iters))
         self._hold(j, now)
@@ -175,10 +182,11 @@ class Simulator:
         assert alloc is not None
         comm = self._comm_for(j, alloc)
         self.comm_now[j] = comm
-        self.iter_s[j] = float(self.jobs.compute_s[j]) + comm
+        iter_s = float(self.jobs.compute_s[j]) + comm
+        self.iter_s[j] = iter_s
         self.queue.cancel(j)
         remaining = max(float(self.jobs.total_iters[j]) - float(self.done[j]), 0.0)
-        t_fin = max(now, float(self.restore_until[j])) + remaining * float(self.iter_s[j])
+        t_fin = max(now, float(self.restore_until[j])) + remaining * iter_s
         self.queue.push(t_fin, FINISH, j)
 
     def _uplink_change(self, j: int, now: float, join: bool) -> None:
@@ -201,8 +209,7 @@ class Simulator:
     def _activate(self, j: int, now: float) -> None:
         self.state[j] = WAITING
         self.waiting_since[j] = now
-        self.is_active[j] = True
-        self.hi = j + 1
+        self.active_buf[self.n_active] = j
         self.n_active += 1
         self.n_waiting += 1
 
@@ -238,7 +245,10 @@ class Simulator:
         return alloc
 
     def _release(self, j: int, alloc: Allocation, start: float, now: float) -> None:
-        self.free[list(alloc.machines)] += np.asarray(alloc.counts, dtype=np.int64)
+        if len(alloc.machines) == 1:  # most jobs: a scalar update is cheaper than fancy indexing
+            self.free[alloc.machines[0]] += alloc.counts[0]
+        else:
+            self.free[list(alloc.machines)] += np.asarray(alloc.counts, dtype=np.int64)
         self.free_total += alloc.gpus
         self.alloc[j] = None
         if self.cfg.record_segments:
@@ -251,10 +261,10 @@ class Simulator:
         self.state[j] = DONE
         self.finish[j] = now
         self._release(j, alloc, float(self.run_started[j]), now)
-        self.is_active[j] = False
-        self.n_active -= 1
-        while self.lo < self.hi and not self.is_active[self.lo]:
-            self.lo += 1
+        k, buf = self.n_active, self.active_buf
+        pos = int(buf[:k].searchsorted(j))
+        buf[pos : k - 1] = buf[pos + 1 : k]
+        self.n_active = k - 1
 
     def _preempt(self, j: int, now: float) -> None:
         self._stop_running(j, now)
@@ -276,13 +286,13 @@ class Simulator:
         """Simulate until every job has finished."""
         self._reset()
         self.scheduler.reset(self.jobs, self.cluster)
-        arrivals = self.jobs.arrival_s
+        arrivals: list[float] = self.jobs.arrival_s.tolist()
         n = len(self.jobs)
         nxt = 0
         finished = 0
         report_every = max(n // 200, 1)
         while finished < n:
-            t_arr = float(arrivals[nxt]) if nxt < n else math.inf
+            t_arr = arrivals[nxt] if nxt < n else math.inf
             t_evt = self.queue.next_time()
             now = min(t_arr, t_evt)
             if now == math.inf:
@@ -292,7 +302,7 @@ class Simulator:
                     f"placement {self.placement.name!r} starts none of them"
                 )
             changed = freed = False
-            while nxt < n and float(arrivals[nxt]) <= now:
+            while nxt < n and arrivals[nxt] <= now:
                 self._activate(nxt, now)
                 nxt += 1
                 self.events += 1
@@ -322,8 +332,6 @@ class Simulator:
 
     def _view(self, now: float, preempt: bool) -> SchedulerView:
         ids = self._active_ids()
-        free = self.free.view()
-        free.setflags(write=False)
         return SchedulerView(
             now=now,
             cluster=self.cluster,
@@ -332,7 +340,7 @@ class Simulator:
             running=self.state[ids] == RUNNING,
             free_gpus=self.free_total,
             progress=self.progress,
-            free=free,
+            free=self.free_view,
             alloc=self.alloc,
             comm=self.comm,
             may_preempt=preempt,
@@ -340,7 +348,7 @@ class Simulator:
 
     def _active_ids(self) -> I64:
         """Ids of arrived, unfinished jobs in arrival order."""
-        out: I64 = np.flatnonzero(self.is_active[self.lo : self.hi]) + self.lo
+        out: I64 = self.active_buf[: self.n_active].copy()
         return out
 
     def _maybe_decide(self, now: float, freed: bool = False) -> None:
@@ -391,7 +399,7 @@ class Simulator:
             self._wake(decision.wake_at)
         order = np.asarray(decision.order, dtype=np.int64)
         if decision.max_level is None:
-            levels = np.full(order.size, self.cluster.top, dtype=np.int64)
+            levels = self.any_level[: order.size]
         else:
             levels = np.asarray(decision.max_level, dtype=np.int64)
         if preempt:
@@ -443,21 +451,23 @@ class Simulator:
 
     def _place_in_order(self, order: I64, levels: I64, blocking: bool, now: float) -> None:
         waiting = self.state[order] == WAITING
-        if not waiting.any():
-            self.locality.update(np.zeros(0, dtype=np.int64), now)
+        n_waiting = np.count_nonzero(waiting)  # a fraction of any()'s call cost
+        if not n_waiting:
+            self.locality.update(_NO_JOBS, now)
             return
-        order, levels = order[waiting], levels[waiting]
+        if n_waiting < order.size:  # e.g. FIFO's order holds only waiting jobs: nothing to drop
+            order, levels = order[waiting], levels[waiting]
         demand = self.jobs.gpus[order]
-        constrained = bool((levels < self.cluster.top).any())
+        constrained = int(np.count_nonzero(levels < self.cluster.top)) > 0
         caps = self._level_caps(constrained)
         if constrained:
             held = (demand > caps[levels]) & (demand <= self.free_total)
             self.locality.update(order[held], now)
         else:
-            self.locality.update(np.zeros(0, dtype=np.int64), now)
+            self.locality.update(_NO_JOBS, now)
         if blocking:
             # Only a prefix can start: up to the first job whose cumulative demand overflows.
-            k = int(np.searchsorted(np.cumsum(demand), self.free_total, side="right")) + 1
+            k = int(demand.cumsum().searchsorted(self.free_total, side="right")) + 1
             order, levels, demand = order[:k], levels[:k], demand[:k]
         else:
             fits = demand <= caps[levels]

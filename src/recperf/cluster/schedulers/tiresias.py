@@ -11,12 +11,13 @@ has run so far (and at least ``min_run_s``): that bounds every job's wait (no st
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
 
-from recperf.cluster.base import F64, I64, SCHEDULERS, BoolArr, Decision, SchedulerView
+from recperf.cluster.base import F64, I8, I64, SCHEDULERS, BoolArr, Decision, SchedulerView
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster
 from recperf.core.config import check_range
@@ -55,6 +56,8 @@ class Tiresias:
     def __init__(self, config: TiresiasConfig | None = None) -> None:
         self.config = config or TiresiasConfig()
         self._thr = np.asarray(self.config.thresholds_gpu_s)
+        # int8 holds every queue and -1 (the leased) for up to 126 thresholds; it sorts faster.
+        self._int8_queues = self._thr.size < 127
         self._base = np.zeros(0)
 
     def reset(self, jobs: JobTable, cluster: Cluster) -> None:
@@ -64,33 +67,42 @@ class Tiresias:
         cfg, ids, now, running = self.config, view.active, view.now, view.running
         gpus = view.jobs.gpus[ids]
         attained = view.attained_gpu_s
-        executed = attained / gpus
-        waited = now - view.waiting_since
+        service = attained - self._base[ids]
+        # Promotion concerns waiting jobs only (a running job's waiting_since is NaN): computed
+        # over them alone, element by element as over all jobs.
+        wpos = (~running).nonzero()[0]
+        wids = ids[wpos]
+        executed = attained[wpos] / gpus[wpos]
+        waited = now - view.progress.waiting_since[wids]
         promote_at = np.maximum(cfg.promote_factor * executed, cfg.min_run_s)
         if cfg.promote_factor > 0:
-            starving = ~running & (executed > 0) & (waited >= promote_at)
-            self._base[ids[starving]] = attained[starving]
-        service = attained - self._base[ids]
-        queue = np.searchsorted(self._thr, service, side="right").astype(np.int64)
-        running_since = view.running_since
-        leased = running & (now - running_since < cfg.min_run_s)
+            starving = (executed > 0) & (waited >= promote_at)
+            if np.count_nonzero(starving):
+                promoted = wpos[starving]
+                self._base[ids[promoted]] = attained[promoted]
+                service[promoted] = attained[promoted] - self._base[ids[promoted]]
+        pos: I64 = np.searchsorted(self._thr, service, side="right")
+        queue: I8 | I64 = pos.astype(np.int8) if self._int8_queues else pos
+        run_started = view.progress.run_started[ids]  # read where running only
+        leased = running & (now - run_started < cfg.min_run_s)
         queue[leased] = -1
-        order = ids[np.lexsort((ids, queue))]
+        # Ties by id: ``active`` is ascending, so a stable sort by queue is lexsort((ids, queue)).
+        order = ids[queue.argsort(kind="stable")]
         times = [
-            float(np.min(running_since[leased], initial=np.inf)) + cfg.min_run_s - now,
+            float(np.minimum.reduce(run_started[leased], initial=np.inf)) + cfg.min_run_s - now,
             demotion_in(self._thr, running & ~leased, queue, service, gpus),
         ]
-        starve = ~running & (queue > 0)
-        if cfg.promote_factor > 0 and starve.any():
-            times.append(float(np.min(promote_at[starve] - waited[starve])))
+        starve = queue[wpos] > 0
+        if cfg.promote_factor > 0 and np.count_nonzero(starve):
+            times.append(float(np.minimum.reduce(promote_at[starve] - waited[starve])))
         soonest = min(times)
-        wake = now + max(soonest, 1e-3) if np.isfinite(soonest) else None
+        wake = now + max(soonest, 1e-3) if math.isfinite(soonest) else None
         return Decision(order=order, wake_at=wake)
 
 
-def demotion_in(thresholds: F64, mask: BoolArr, queue: I64, service: F64, gpus: I64) -> float:
+def demotion_in(thresholds: F64, mask: BoolArr, queue: I64 | I8, service: F64, gpus: I64) -> float:
     """Seconds until the first running job in ``mask`` crosses its queue's threshold."""
+    # Over all jobs, the others masked out of the minimum: fewer calls than selecting them.
+    limit = thresholds.take(queue, mode="wrap")  # as thresholds[queue]; past the top: masked
     mask = mask & (queue < thresholds.size)
-    if not mask.any():
-        return float("inf")
-    return float(np.min((thresholds[queue[mask]] - service[mask]) / gpus[mask]))
+    return float(np.minimum.reduce((limit - service) / gpus, where=mask, initial=np.inf))

@@ -107,8 +107,9 @@ class SyntheticTrace:
         arrivals -= arrivals[0]
         iter_s = np.exp(rng.uniform(math.log(cfg.iter_s_min), math.log(cfg.iter_s_max), size=n))
         iter_s = np.minimum(iter_s, dur)
-        models = [MODELS[i] for i in rng.integers(0, len(MODELS), size=n)]
-        grad = np.asarray([grad_bytes_for(m) for m in models])
+        model_idx = rng.integers(0, len(MODELS), size=n)
+        models = [MODELS[i] for i in model_idx.tolist()]
+        grad = np.asarray([grad_bytes_for(m) for m in MODELS])[model_idx]  # per model, not job
         compute, grad = calibrate_reference(cluster, gpus, iter_s, grad)
         return JobTable.build(
             name=[f"syn-{i}" for i in range(n)],
