@@ -60,7 +60,8 @@ PlacementOpt = typer.Option(
 )
 ClusterOpt = typer.Option(
     None,
-    help=f"Cluster preset ({', '.join(preset_names())}) or a TOML file. Default: the trace's own cluster.",
+    help=f"Cluster preset ({', '.join(preset_names())}) or a TOML file. Default: the trace's "
+    "own cluster.",
 )
 SeedOpt = typer.Option(0, help="Seed for synthetic traces and random placement.")
 JitterOpt = typer.Option(
@@ -329,8 +330,8 @@ def sweep_cmd(
     ),
     cluster: str | None = typer.Option(
         None,
-        help=f"Cluster for traces without @CLUSTER: a preset ({', '.join(preset_names())}) or a TOML "
-        "file. Default: each trace's own cluster.",
+        help="Cluster for traces without @CLUSTER: a preset "
+        f"({', '.join(preset_names())}) or a TOML file. Default: each trace's own cluster.",
     ),
     fmt: str | None = typer.Option(
         None,
@@ -425,8 +426,7 @@ def list_cmd() -> None:
         "[bold]traces[/]: " + ", ".join(f"{k} ({v.description})" for k, v in BUNDLED.items())
     )
     console.print(
-        "[bold]clusters[/]: "
-        + ", ".join(f"{k} ({load_cluster(k).shape})" for k in preset_names())
+        "[bold]clusters[/]: " + ", ".join(f"{k} ({load_cluster(k).shape})" for k in preset_names())
     )
     console.print("[bold]schedulers[/]: " + ", ".join(SCHEDULERS))
     console.print("[bold]placements[/]: " + ", ".join(PLACEMENTS))
