@@ -7,7 +7,6 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.limits import MAX_COUNT, MAX_TRACE_S
 from recperf.cluster.models import grad_bytes_for, iter_s_for
 from recperf.cluster.network import calibrate_reference
+from recperf.cluster.topologies import bundled as bundled  # re-exported for the loaders
 from recperf.cluster.topology import Cluster
 from recperf.core.errors import RecperfError, TraceFormatError
 
@@ -198,11 +198,6 @@ def from_durations(
         grad_bytes=grad,
         **extra,
     )
-
-
-def bundled(relative: str) -> Path:
-    """A file under ``recperf/data/cluster/``."""
-    return Path(str(resources.files("recperf") / "data" / "cluster" / relative))
 
 
 def read_trace(source: Path | None, default: str) -> tuple[Path, str]:
