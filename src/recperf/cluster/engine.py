@@ -112,7 +112,7 @@ class Simulator:
         self.free = np.full(c.machines, c.gpus_per_machine, dtype=np.int64)
         self.free_view = self.free.view()  # what schedulers see: always current, read-only
         self.free_view.setflags(write=False)
-        self.free_total = c.gpus
+        self.free_total = self.gpus_total = c.gpus  # gpus: a property, read at every start
         # Ids of arrived, unfinished jobs, ascending (arrivals come in id order): the first
         # n_active entries; kept so that a decision need not scan every job since the oldest.
         self.active_buf = np.zeros(n, dtype=np.int64)
@@ -132,7 +132,7 @@ class Simulator:
         self.decisions = 0
 
     def _mark_busy(self, now: float) -> None:
-        busy = self.cluster.gpus - self.free_total
+        busy = self.gpus_total - self.free_total
         if self.busy_t[-1] == now:
             self.busy_g[-1] = busy
         else:
@@ -459,8 +459,9 @@ class Simulator:
             order, levels = order[waiting], levels[waiting]
         demand = self.jobs.gpus[order]
         constrained = int(np.count_nonzero(levels < self.cluster.top)) > 0
-        caps = self._level_caps(constrained)
-        if constrained:
+        # Unconstrained, every level's cap is the free total: compared directly, not as an array.
+        caps = self._level_caps(constrained) if constrained else None
+        if caps is not None:
             held = (demand > caps[levels]) & (demand <= self.free_total)
             self.locality.update(order[held], now)
         else:
@@ -470,20 +471,21 @@ class Simulator:
             k = int(demand.cumsum().searchsorted(self.free_total, side="right")) + 1
             order, levels, demand = order[:k], levels[:k], demand[:k]
         else:
-            fits = demand <= caps[levels]
+            fits = demand <= (self.free_total if caps is None else caps[levels])
             order, levels, demand = order[fits], levels[fits], demand[fits]
         for j, lv, d in zip(order.tolist(), levels.tolist(), demand.tolist(), strict=True):
             if self.free_total == 0:
                 return
             alloc = None
-            if d <= caps[lv]:
+            if d <= (self.free_total if caps is None else caps[lv]):
                 alloc = self.placement.place(d, self.free, self.cluster, lv, self.rng)
             if alloc is None:
                 if blocking:
                     return
                 continue
             self._start(j, alloc, now)
-            caps = self._level_caps(constrained)
+            if caps is not None:
+                caps = self._level_caps(constrained)
 
     def _result(self) -> SimResult:
         return SimResult(
