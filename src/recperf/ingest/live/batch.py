@@ -129,9 +129,7 @@ class Batch:
     def kjt(self) -> Any:
         """The sparse features as a torchrec KeyedJaggedTensor (needs torchrec installed)."""
         try:
-            from torchrec.sparse.jagged_tensor import (  # type: ignore[import-not-found]
-                KeyedJaggedTensor,
-            )
+            from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
         except ImportError as exc:
             raise ConfigError(f"Batch.kjt needs torchrec: {exc}") from None
         return KeyedJaggedTensor(
