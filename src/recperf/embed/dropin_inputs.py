@@ -1,0 +1,286 @@
+"""What a drop-in ``EmbeddingBags`` takes in and gives back: the checks that a torch or TorchRec
+module pools as a recperf kernel can, and each input (as ``torch.nn.EmbeddingBag`` or a TorchRec
+``KeyedJaggedTensor`` carries it) turned into the TBE layout of one ``Lookup``, checked as the
+original module checks it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from recperf.core.errors import ConfigError
+from recperf.embed.kernels.base import DTYPES, Lookup, Pooling
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """What the drop-in needs to know of one table besides its weights."""
+
+    label: str
+    """How errors name it: ``bags[2]`` or ``table 't1'``."""
+    pooling: Pooling
+    """sum or mean."""
+    include_last_offset: bool
+    """Whether its offsets carry the end of the last bag (B + 1 of them), as the bag's flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One input pooled from one table: a bag (torch) or a feature (TorchRec)."""
+
+    name: str
+    """Its output key (TorchRec's embedding name) or ``bags[i]``."""
+    feature: str
+    """Its input key (TorchRec's feature name) or ``bags[i]``."""
+    table: int
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One slot's input in the TBE layout."""
+
+    ids: torch.Tensor
+    offsets: torch.Tensor
+    """int64 [B + 1], from 0 to len(ids)."""
+    weights: torch.Tensor | None
+
+
+def check_bag(bag: object, label: str) -> TableSpec:
+    """What a kernel needs to pool as ``bag`` pools; one ConfigError naming what it cannot."""
+    if not isinstance(bag, nn.EmbeddingBag):
+        kind = type(bag).__name__
+        why = " (a sequence embedding: its rows are not pooled)" if kind == "Embedding" else ""
+        raise ConfigError(f"{label}: expected a torch.nn.EmbeddingBag, got {kind}{why}")
+    if bag.mode not in ("sum", "mean"):
+        raise ConfigError(f"{label}: mode {bag.mode!r} is not supported (sum or mean)")
+    if bag.padding_idx is not None:
+        raise ConfigError(f"{label}: padding_idx = {bag.padding_idx} is not supported")
+    if bag.max_norm is not None:
+        raise ConfigError(f"{label}: max_norm (re-normalising rows on lookup) is not supported")
+    if bag.weight.dtype not in DTYPES:
+        raise ConfigError(f"{label}: weight dtype {bag.weight.dtype} is not float32 or float16")
+    pooling: Pooling = "sum" if bag.mode == "sum" else "mean"
+    return TableSpec(label, pooling, bool(bag.include_last_offset))
+
+
+def per_slot(values: Any, n: int, what: str) -> list[Any]:
+    """``values`` as one entry per input (None: None for each)."""
+    if values is None:
+        return [None] * n
+    if isinstance(values, torch.Tensor) or not isinstance(values, Sequence):
+        got = "one tensor" if isinstance(values, torch.Tensor) else type(values).__name__
+        raise ConfigError(f"{what}: expected a list of {n} tensors (one per table), got {got}")
+    if len(values) != n:
+        raise ConfigError(f"{what}: {len(values)} tensors for {n} tables")
+    return list(values)
+
+
+def _check_tensor(
+    x: Any, where: str, kinds: tuple[torch.dtype, ...], device: torch.device
+) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise ConfigError(f"{where}: expected a tensor, got {type(x).__name__}")
+    if x.device != device:
+        raise ConfigError(f"{where}: is on {x.device}, the table's weights on {device}")
+    if kinds and x.dtype not in kinds:
+        raise ConfigError(f"{where}: dtype {x.dtype} is not {' or '.join(map(str, kinds))}")
+    return x
+
+
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def labels(i: int, feature: str | None = None) -> tuple[str, str, str]:
+    """How errors name input ``i``'s ids, offsets and weights (TorchRec: by ``feature``)."""
+    if feature is None:
+        return f"indices[{i}]", f"offsets[{i}]", f"per_sample_weights[{i}]"
+    key = f"features[{feature!r}]"
+    return f"{key}.values", f"{key}.offsets", f"{key}.weights"
+
+
+def to_part(
+    names: tuple[str, str, str],
+    ids: Any,
+    off: Any,
+    psw: Any,
+    weight: torch.Tensor,
+    table: TableSpec,
+) -> Part:
+    """One input as torch.nn.EmbeddingBag takes it (1-D ids with offsets, or 2-D fixed-length
+    bags without), in the TBE layout; checks what needs no look at the values (``check_values``
+    does that). ``names`` (from ``labels``) name its ids, offsets and weights in errors."""
+    dev = weight.device
+    ids_name, off_name, psw_name = names
+    ids = _check_tensor(ids, ids_name, _INDEX_DTYPES, dev)
+    if ids.dim() == 2:
+        if off is not None:
+            raise ConfigError(f"{off_name}: must be None with 2-D indices (fixed-length bags)")
+        b, length = ids.shape
+        offsets = torch.arange(b + 1, dtype=torch.int64, device=dev) * length
+    elif ids.dim() == 1:
+        if off is None:
+            raise ConfigError(f"{off_name}: needed with 1-D indices")
+        off = _check_tensor(off, off_name, _INDEX_DTYPES, dev)
+        if off.dim() != 1:
+            raise ConfigError(f"{off_name}: expected a 1-D tensor, got {off.dim()}-D")
+        off = off.to(torch.int64)
+        if not table.include_last_offset:
+            offsets = torch.cat([off, off.new_full((1,), ids.numel())])
+        elif off.numel() < 1:
+            raise ConfigError(f"{off_name}: include_last_offset needs at least one offset")
+        else:
+            offsets = off
+    else:
+        raise ConfigError(f"{ids_name}: expected 1-D (with offsets) or 2-D, got {ids.dim()}-D")
+    weights = None
+    if psw is not None:
+        psw = _check_tensor(psw, psw_name, (), dev)
+        if not psw.is_floating_point() or psw.shape != ids.shape:
+            raise ConfigError(f"{psw_name}: expected floats shaped as indices {tuple(ids.shape)}")
+        if table.pooling != "sum":
+            raise ConfigError(
+                f"{psw_name}: {table.label} pools by {table.pooling}; "
+                "torch.nn.EmbeddingBag takes them only with mode='sum'"
+            )
+        weights = psw.reshape(-1).to(torch.float32)
+    return Part(ids=ids.reshape(-1).to(torch.int64), offsets=offsets, weights=weights)
+
+
+def values_ok(parts: Sequence[Part], rows: Sequence[int]) -> torch.Tensor:
+    """A 0-d bool tensor on the parts' device (read it once: one host sync for all the checks):
+    every part's offsets rise from 0 to len(ids) and its ids lie within its table's ``rows``."""
+    dev = parts[0].ids.device
+    sizes = torch.tensor([p.ids.numel() for p in parts], dtype=torch.int64, device=dev)
+    firsts = torch.stack([p.offsets[0] for p in parts])
+    lasts = torch.stack([p.offsets[-1] for p in parts])
+    steps = torch.cat([p.offsets.diff() for p in parts])
+    bad = (firsts != 0).any() | (lasts != sizes).any() | (steps < 0).any()
+    used = [i for i, p in enumerate(parts) if p.ids.numel()]
+    if used:  # one min/max pass per part: cheaper than comparing every id with its table's rows
+        lo_hi = [torch.aminmax(parts[i].ids) for i in used]
+        limit = torch.tensor([rows[i] for i in used], dtype=torch.int64, device=dev)
+        bad |= (torch.stack([m.min for m in lo_hi]) < 0).any()
+        bad |= (torch.stack([m.max for m in lo_hi]) >= limit).any()
+    return ~bad
+
+
+def check_values(names: tuple[str, str, str], part: Part, rows: int, table: TableSpec) -> None:
+    """Raise the ConfigError naming what is wrong with ``part``'s offsets or ids, if anything
+    (run on the parts ``values_ok`` refused, to say which and why)."""
+    ids_name, off_name, _ = names
+    off, n = part.offsets, part.ids.numel()  # (without include_last_offset, off[-1] is n)
+    if int(off[0]) != 0:
+        raise ConfigError(f"{off_name}: must start at 0, got {int(off[0])}")
+    if int(off[-1]) != n:
+        raise ConfigError(f"{off_name}: last offset {int(off[-1])} is not len(indices) = {n}")
+    if bool((off[1:] < off[:-1]).any()):
+        raise ConfigError(f"{off_name}: must not decrease, nor pass len(indices) = {n}")
+    if n:
+        lo, hi = int(part.ids.min()), int(part.ids.max())
+        if lo < 0 or hi >= rows:
+            raise ConfigError(
+                f"{ids_name}: id {lo if lo < 0 else hi} is outside "
+                f"{table.label}'s rows 0..{rows - 1}"
+            )
+
+
+def to_lookup(parts: Sequence[Part], batch: int) -> Lookup:
+    """The parts of one group, table-major, as one TBE ``Lookup``."""
+    sizes = [p.ids.numel() for p in parts]
+    base = 0
+    starts = []
+    for p, n in zip(parts, sizes, strict=True):
+        starts.append(p.offsets[:-1] + base)
+        base += n
+    dev = parts[0].ids.device
+    offsets = torch.cat([*starts, torch.tensor([base], dtype=torch.int64, device=dev)])
+    weights = None
+    if any(p.weights is not None for p in parts):
+        weights = torch.cat(
+            [
+                p.weights if p.weights is not None else torch.ones(n, device=dev)
+                for p, n in zip(parts, sizes, strict=True)
+            ]
+        )
+    return Lookup(
+        indices=torch.cat([p.ids for p in parts]),
+        offsets=offsets,
+        batch_size=batch,
+        per_sample_weights=weights,
+    )
+
+
+# -- TorchRec (imported only when asked for) ------------------------------------------------
+
+
+def describe_ebc(ebc: Any) -> tuple[list[torch.Tensor], list[TableSpec], list[Slot], list[str]]:
+    """An EmbeddingBagCollection's weights, tables, inputs (features, in its output order) and
+    table names; one ConfigError for what the kernels cannot pool as it does."""
+    from torchrec import EmbeddingBagCollection  # type: ignore[import-untyped, import-not-found, unused-ignore]
+    from torchrec.modules.embedding_modules import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
+        EmbeddingCollection,
+        get_embedding_names_by_table,
+    )
+
+    if isinstance(ebc, EmbeddingCollection):
+        raise ConfigError(
+            "ebc: a TorchRec EmbeddingCollection returns sequence embeddings (unpooled rows); "
+            "only an EmbeddingBagCollection is supported"
+        )
+    if not isinstance(ebc, EmbeddingBagCollection):
+        raise ConfigError(
+            f"ebc: expected a TorchRec EmbeddingBagCollection, got {type(ebc).__name__}"
+        )
+    configs = ebc.embedding_bag_configs()
+    weights, tables, slots = [], [], []
+    for t, (cfg, names) in enumerate(
+        zip(configs, get_embedding_names_by_table(configs), strict=True)
+    ):
+        label = f"table {cfg.name!r}"
+        bag = ebc.embedding_bags[cfg.name]
+        tables.append(check_bag(bag, label))
+        weights.append(bag.weight)
+        slots += [
+            Slot(name, feature, t) for name, feature in zip(names, cfg.feature_names, strict=True)
+        ]
+    return weights, tables, slots, [cfg.name for cfg in configs]
+
+
+def kjt_inputs(
+    kjt: Any, slots: Sequence[Slot], weighted: bool
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor] | None]:
+    """Per slot the values, offsets and (for a weighted EBC) weights of its feature in ``kjt``."""
+    from torchrec import KeyedJaggedTensor  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    if not isinstance(kjt, KeyedJaggedTensor):
+        raise ConfigError(
+            f"features: expected a TorchRec KeyedJaggedTensor, got {type(kjt).__name__}"
+        )
+    if kjt.variable_stride_per_key() or kjt.inverse_indices_or_none() is not None:
+        raise ConfigError("features: a batch size per feature (variable stride) is not supported")
+    missing = sorted({s.feature for s in slots} - set(kjt.keys()))
+    if missing:
+        raise ConfigError(
+            f"features: no key {missing[0]!r} (the collection reads "
+            f"{', '.join(dict.fromkeys(s.feature for s in slots))})"
+        )
+    if weighted and kjt.weights_or_none() is None:
+        raise ConfigError(
+            "features: the EmbeddingBagCollection is weighted; the KeyedJaggedTensor has no weights"
+        )
+    jagged = kjt.to_dict()
+    values = [jagged[s.feature].values() for s in slots]
+    offsets = [jagged[s.feature].offsets() for s in slots]
+    psw = [jagged[s.feature].weights() for s in slots] if weighted else None
+    return values, offsets, psw
+
+
+def keyed_tensor(keys: list[str], dims: list[int], values: torch.Tensor) -> Any:
+    """TorchRec's ``KeyedTensor`` over ``values`` ``[B, sum(dims)]``, ``dims[i]`` columns a key."""
+    from torchrec import KeyedTensor  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    return KeyedTensor(keys=keys, length_per_key=dims, values=values, key_dim=1)

@@ -1,0 +1,202 @@
+"""Which kernel a drop-in module runs and what it is built with: a kernel named by the caller, or
+``auto``, the autotuner's cached winner for this device and these tables (read from its cache,
+never timed here), falling back to the ``torch`` reference with the reason; and the hot rows of
+the kernels that remap ids, given or counted in a sample trace."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from recperf.core.config import check_range
+from recperf.core.errors import ConfigError, RecperfError
+from recperf.embed.autotune import DEFAULT_CACHE, device_name
+from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Tables
+from recperf.embed.traces import Trace
+
+AUTO = "auto"
+"""The kernel name that asks for the autotuner's cached winner."""
+AUTOTUNE_CACHE = DEFAULT_CACHE / "embed_autotune.json"
+"""Where ``autotune`` caches its winners by default (and ``auto`` looks them up)."""
+REFERENCE = "torch"
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class KernelChoice:
+    """The kernel one group of tables runs, and why that one."""
+
+    kernel: str
+    """The kernel's registered name (or ``package.module:attr``)."""
+    params: Mapping[str, Any] = field(default_factory=dict)
+    """Its options (Config fields)."""
+    source: str = "named"
+    """``named`` (asked for by name), ``autotune cache``, ``tuned`` (timed by ``tune``) or
+    ``fallback`` (``auto`` found no usable winner: the reference runs)."""
+    note: str = ""
+    """The cache entry used, or why the reference runs instead of a winner."""
+
+
+def takes_hot_rows(name: str) -> bool:
+    """Whether kernel ``name``'s factory takes ``hot_rows`` (the kernels that remap ids)."""
+    try:
+        params = inspect.signature(KERNELS.factory(name)).parameters
+    except (TypeError, ValueError):  # a factory whose signature Python cannot read
+        return False
+    return "hot_rows" in params
+
+
+def build(
+    choice: KernelChoice, tables: Tables, hot_rows: Sequence[torch.Tensor] | None
+) -> EmbeddingKernel:
+    """The kernel ``choice`` names over ``tables``, given ``hot_rows`` when it takes them."""
+    extra: dict[str, Any] = {}
+    if hot_rows is not None and takes_hot_rows(choice.kernel):
+        extra["hot_rows"] = tuple(hot_rows)
+    return KERNELS.build(choice.kernel, dict(choice.params), tables, **extra)
+
+
+def _parse_key(key: str) -> dict[str, str] | None:
+    """The fields of an ``autotune.cache_key`` (device|dtype|pooling|T|D|R|B|N|W|trace=...)."""
+    parts = key.split("|")
+    if len(parts) < 10:
+        return None
+    fields = {"device": parts[0], "dtype": parts[1], "pooling": parts[2]}
+    for part, tag in zip(parts[3:9], "TDRBNW", strict=True):
+        if not part.startswith(tag) or not part[1:].isdigit():
+            return None
+        fields[tag] = part[1:]
+    if not parts[9].startswith("trace="):
+        return None
+    fields["trace"] = parts[9].removeprefix("trace=")
+    return fields
+
+
+def _read_cache(cache: Path) -> dict[str, Any] | str:
+    """The cache's entries, or why there are none."""
+    if not cache.is_file():
+        return f"no autotune cache at {cache}"
+    try:
+        data = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"autotune cache {cache} is unreadable ({exc})"
+    if not isinstance(data, dict):
+        return f"autotune cache {cache} is not a JSON object"
+    return data
+
+
+def cached_winner(
+    tables: Tables,
+    *,
+    cache: Path | None = AUTOTUNE_CACHE,
+    batch_size: int | None = None,
+    trace: str | None = None,
+) -> KernelChoice:
+    """The cached winner for ``tables`` on their device: entries of the same device, dtype,
+    pooling, table count, width and total rows (and ``trace`` when given). Of several, the one
+    tuned at the batch size nearest ``batch_size`` (when given), then the fewest ms per id.
+    None: the reference, with the reason in ``note``."""
+    if batch_size is not None:
+        check_range("batch_size", batch_size, 1, None)
+    if cache is None:
+        return KernelChoice(kernel=REFERENCE, source="fallback", note="no autotune cache given")
+    store = _read_cache(cache)
+    if isinstance(store, str):
+        return KernelChoice(kernel=REFERENCE, source="fallback", note=store)
+    want = {
+        "device": device_name(tables.device),
+        "dtype": str(tables.dtype).removeprefix("torch."),
+        "pooling": tables.pooling,
+        "T": str(tables.num_tables),
+        "D": str(tables.dim),
+        "R": str(sum(tables.rows)),
+    }
+    if trace is not None:
+        want["trace"] = trace
+    matches = []
+    for key, entry in store.items():
+        fields = _parse_key(key)
+        if fields is None or any(fields[k] != v for k, v in want.items()):
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("kernel"), str):
+            matches.append((fields, key, entry))
+    if not matches:
+        shape = ", ".join(f"{k}={v}" for k, v in want.items())
+        return KernelChoice(
+            kernel=REFERENCE, source="fallback", note=f"no cached winner in {cache} for {shape}"
+        )
+
+    def rank(match: tuple[dict[str, str], str, dict[str, Any]]) -> tuple[float, float]:
+        fields, _, entry = match
+        near = 0.0 if batch_size is None else abs(int(fields["B"]) - batch_size)
+        return near, float(entry.get("ms", float("inf"))) / max(int(fields["N"]), 1)
+
+    _, key, entry = min(matches, key=rank)
+    raw = entry.get("params")
+    params: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    return KernelChoice(
+        kernel=entry["kernel"], params=params, source="autotune cache", note=f"cache key {key}"
+    )
+
+
+def build_choice(
+    choice: KernelChoice, tables: Tables, hot_rows: Sequence[torch.Tensor] | None
+) -> tuple[KernelChoice, EmbeddingKernel]:
+    """``choice`` built over ``tables``; a cached winner that cannot run here (not registered,
+    e.g. a Triton one without triton, or options or a device it refuses) gives way to the
+    reference, with a note naming the winner and why."""
+    try:
+        return choice, build(choice, tables, hot_rows)
+    except RecperfError as exc:
+        if choice.source != "autotune cache":
+            raise
+        why = f"cached winner {choice.kernel!r} cannot run here: {exc}"
+    fallback = KernelChoice(kernel=REFERENCE, source="fallback", note=why)
+    return fallback, build(fallback, tables, hot_rows)
+
+
+def hot_rows_from_trace(
+    sample: Trace, rows: Sequence[int], fraction: float
+) -> tuple[torch.Tensor, ...]:
+    """Per table, its ``fraction`` most looked-up rows in ``sample`` (most first, only rows the
+    sample touches): one id stream per table, ids within each table's rows."""
+    check_range("hot_fraction", fraction, 0.0, 1.0, lo_open=True)
+    if sample.tables != len(rows):
+        raise ConfigError(f"sample: trace has {sample.tables} tables, the module {len(rows)}")
+    for t, (have, want) in enumerate(zip(sample.rows, rows, strict=True)):
+        if have > want:
+            raise ConfigError(f"sample: table {t} has {have} rows in the trace, {want} here")
+    from recperf.embed.locality import hot_rows
+
+    k = max(1, int(fraction * max(rows)))
+    out = []
+    for t, (ids, hot) in enumerate(zip(sample.ids, hot_rows(sample, k), strict=True)):
+        counts = torch.bincount(ids, minlength=sample.rows[t])
+        keep = hot[: max(1, int(fraction * rows[t]))]
+        out.append(keep[counts[keep] > 0])
+    return tuple(out)
+
+
+def check_hot_rows(hot_rows: object, rows: Sequence[int]) -> tuple[torch.Tensor, ...]:
+    """``hot_rows`` as int64 CPU tensors, one per table, each of distinct ids within its table."""
+    if not isinstance(hot_rows, Sequence) or len(hot_rows) != len(rows):
+        n = f"{len(hot_rows)}" if isinstance(hot_rows, Sequence) else type(hot_rows).__name__
+        raise ConfigError(f"hot_rows: expected one tensor per table ({len(rows)}), got {n}")
+    out = []
+    for t, (ids, r) in enumerate(zip(hot_rows, rows, strict=True)):
+        ids = torch.as_tensor(ids).detach().to("cpu").reshape(-1)
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ConfigError(f"hot_rows[{t}]: expected integer row ids, got {ids.dtype}")
+        ids = ids.to(torch.int64)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= r):
+            raise ConfigError(f"hot_rows[{t}]: row ids must lie in 0..{r - 1}")
+        ordered = ids.sort().values
+        if bool((ordered[1:] == ordered[:-1]).any()):
+            raise ConfigError(f"hot_rows[{t}]: row ids must be distinct")
+        out.append(ids)
+    return tuple(out)
