@@ -77,8 +77,8 @@ def test_section_is_last_after_stalls() -> None:
 def test_quick_section_has_its_figures(quick: Quick) -> None:
     section, _, _ = quick
     assert (section.title, section.key) == ("Embedding stage (DLRM inference)", "embed")
-    assert section.html.count(f'class="{FIGURE_CLASS}"') == 5
-    assert _figure_ids(section.html) == CPU_FIGURES
+    assert section.html.count(f'class="{FIGURE_CLASS}"') == 6  # and the L2 model's figure
+    assert _figure_ids(section.html) == [*CPU_FIGURES, "embed-l2model"]
 
 
 def test_locality_table_equals_the_library_stats(quick: Quick) -> None:
@@ -189,7 +189,7 @@ def _fake_gpu(cpu_runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_gpu_results_are_shown_escaped(quick: Quick) -> None:
-    _, _, (localities, cpu_runs, _, today, _) = quick
+    _, _, (localities, cpu_runs, _, today, *_) = quick
     gpu = _fake_gpu(cpu_runs)
     section = es.section_from_results(localities, cpu_runs, gpu, today)
     gpu_ids = ["embed-gpu-ms", "embed-gpu-gbps", "embed-gpu-stages"]
@@ -251,7 +251,7 @@ def test_an_interpreted_process_compiles_nothing_and_says_why(
 
 
 def test_compile_failure_is_one_escaped_line(quick: Quick) -> None:
-    _, _, (localities, cpu_runs, _, today, _) = quick
+    _, _, (localities, cpu_runs, _, today, *_) = quick
     section = es.section_from_results(localities, cpu_runs, None, today, {"error": EVIL})
     assert f"could not be compiled for sm_90: {EVIL_ESCAPED}" in section.html
     assert EVIL not in section.html

@@ -50,9 +50,9 @@ INGEST_QUICK_FIGURES = 4 + PEER_BARS
 INGEST_FULL_FIGURES = len(sim.BUNDLED) + 3 + PEER_BARS
 # The stall section's figures: the breakdown, the all-reduce model and the advisor's frontier.
 STALLS_FIGURES = 3
-# The embedding section's figures: reuse distance, coverage, and the CPU benchmark's ms, GB/s and
-# stages (no GPU results are bundled yet).
-EMBED_FIGURES = 5
+# The embedding section's figures: reuse distance, coverage, the CPU benchmark's ms, GB/s and
+# stages (no GPU results are bundled yet), and the L2 model's hit rate against L2 size.
+EMBED_FIGURES = 6
 QUICK_SECTION_FIGURES = {
     "cluster": len(FIGURE_PARTS),
     "netsens": len(NETSENS_PARTS),

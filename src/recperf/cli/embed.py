@@ -216,3 +216,6 @@ def compile_cmd(
         err_console.print(str(r["error"]), highlight=False, markup=False)
     if failed:
         raise typer.Exit(1)
+
+
+from recperf.cli import embed_predict  # noqa: E402, F401  (registers `recperf embed predict`)

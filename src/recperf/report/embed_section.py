@@ -27,6 +27,7 @@ from recperf.embed import locality, traces
 from recperf.embed.bench import bench
 from recperf.embed.model import config
 from recperf.report.embed_compiled import compile_for_gpu, compiled_html
+from recperf.report.embed_l2 import l2_html, model_for_report
 from recperf.report.section import (
     LAYOUT,
     MonotoneProgress,
@@ -86,9 +87,9 @@ def embed_section(*, quick: bool = False, progress: ProgressFn | None = None) ->
     rest = 1.0 - LOCALITY_SHARE
     cpu = run_cpu_bench(quick, lambda f: report(LOCALITY_SHARE + rest * f))
     compiled = compile_for_gpu(quick)
-    section = section_from_results(
-        localities, cpu, load_gpu_results(), date.today().isoformat(), compiled
-    )
+    gpu = load_gpu_results()
+    model = model_for_report(quick, gpu)
+    section = section_from_results(localities, cpu, gpu, date.today().isoformat(), compiled, model)
     report(1.0)
     return section
 
@@ -162,10 +163,11 @@ def section_from_results(
     gpu: Mapping[str, Any] | None,
     today: str,
     compiled: Mapping[str, Any] | None = None,
+    model: Mapping[str, Any] | None = None,
 ) -> Section:
     """The section for measured localities, CPU bench results (``BenchResult`` JSON), the GPU
-    benchmark's JSON (or None), the date of the CPU run, and ``recperf embed compile``'s JSON
-    (or ``{"error": ...}``, or None to leave it out)."""
+    benchmark's JSON (or None), the date of the CPU run, ``recperf embed compile``'s JSON (or
+    ``{"error": ...}``, or None to leave it out) and the L2 model's (``embed_l2``; None: out)."""
     device = str(cpu_runs[0]["device"]) if cpu_runs else "cpu"
     cpu_label = f"{device}, {today}"
     data = {
@@ -173,6 +175,7 @@ def section_from_results(
         "cpu": {"date": today, "device": device, "runs": [dict(r) for r in cpu_runs]},
         "gpu": None if gpu is None else dict(gpu),
         "compiled": None if compiled is None else dict(compiled),
+        "l2model": None if model is None else dict(model),
     }
     body = (
         f"<p>{html.escape(_intro_text())}</p>"
@@ -184,6 +187,7 @@ def section_from_results(
         + f"<p>{html.escape(_cpu_text(cpu_label, gpu is None))}</p>"
         + _bench_html(f"{KEY}-cpu", cpu_runs, cpu_label, _cpu_note(gpu is None))
         + ("" if gpu is None else _gpu_html(gpu))
+        + ("" if model is None else l2_html(model))
         + ("" if compiled is None else compiled_html(compiled))
     )
     jsonable: dict[str, Any] = json.loads(dumps_json(data))  # NaN and inf as null
