@@ -145,7 +145,8 @@ def test_predict_checks_the_model_on_load(tmp_path: Path, text: object, why: str
     ("trace", "why"),
     [
         ("{garbled", "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
-        ("{}", "'recperf.format' is None, expected 'recperf-stall-trace/1'"),
+        ("{}", "'recperf.format' is None, expected 'recperf-stall-trace/2' "
+         "(or 'recperf-stall-trace/1')"),
         ("[1]", "the document is a JSON list, expected an object"),
         ('{"recperf": {"format": "recperf-stall-trace/1", "grad_bytes": 1, "param_bytes": 1, '
          '"num_param_tensors": 1, "flops_per_iter": 0, "device_name": "cpu", '
@@ -153,6 +154,11 @@ def test_predict_checks_the_model_on_load(tmp_path: Path, text: object, why: str
          "'traceEvents[0].dur' = None, expected float"),
         ('{"recperf": {"format": "recperf-stall-trace/1"}}',
          "'recperf.grad_bytes' = None, expected int"),
+        ('{"recperf": {"format": "recperf-stall-trace/2", "grad_bytes": 1, "param_bytes": 1, '
+         '"num_param_tensors": 1, "flops_per_iter": 0, "device_name": "cpu", '
+         '"instrumented": true}, "traceEvents": [{"ph": "M", "name": "thread_name"}, '
+         '{"ph": "B", "name": "recperf:step", "ts": 0}]}',
+         "'traceEvents[1].ph' = 'B', expected 'X' or 'M'"),
     ],
 )  # fmt: skip
 def test_analyze_names_a_garbled_rank_trace(tmp_path: Path, trace: str, why: str) -> None:

@@ -3,6 +3,10 @@ by the hook with the same result as DDP's default, the trace round-trips into th
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +19,7 @@ from torch import nn
 from recperf.core.errors import ConfigError
 from recperf.stalls import analysis
 from recperf.stalls.profiler import Profiler
+from recperf.stalls.runner import free_port
 from recperf.stalls.spec import RunSpec
 
 
@@ -114,3 +119,55 @@ def test_phases_on_a_gpu_are_timed_by_cuda_events() -> None:
         assert (fwd_name, opt_name) == ("forward", "optimizer")
         assert 0.01 <= fb - fa < 0.2
         assert r.data_end <= fa <= fb <= oa <= ob <= r.end + 1e-4
+
+
+TWO_RANKS = """
+import json, sys
+import torch, torch.distributed as dist
+from torch import nn
+from recperf.stalls.profiler import Profiler
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+
+def net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
+
+plain, timed = net(), net()
+ddp_plain = nn.parallel.DistributedDataParallel(plain, bucket_cap_mb=0.5)
+ddp_timed = nn.parallel.DistributedDataParallel(timed, bucket_cap_mb=0.5)
+prof = Profiler(ddp_timed, cuda=False)
+x = torch.randn(8, 64, generator=torch.Generator().manual_seed(rank))
+for _ in range(2):  # DDP settles its buckets after the first iteration
+    plain.zero_grad()
+    ddp_plain(x).sum().backward()
+    for _ in prof.data([x]):
+        timed.zero_grad()
+        with prof.step():
+            ddp_timed(x).sum().backward()
+same = all(torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), timed.parameters()))
+trace = prof.trace(rank)
+dist.destroy_process_group()
+if rank == 0:
+    comm = prof.records[-1].comm
+    out = {"same": same, "buckets": len(comm), "bytes": sum(n for _, _, n in comm),
+           "info": trace["distributedInfo"]}
+    open(sys.argv[1], "w").write(json.dumps(out))
+"""
+
+
+def test_two_ranks_average_exactly_as_ddp_does(tmp_path: Path) -> None:
+    """The hook's 1/world scaling and all-reduce give bit for bit DDP's own averaged
+    gradients (2 ranks, different inputs)."""
+    script, out = tmp_path / "two.py", tmp_path / "out.json"
+    script.write_text(TWO_RANKS)
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo",
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")  # fmt: skip
+    cmd = [sys.executable, str(script), str(out)]
+    procs = [subprocess.Popen(cmd, env=env | {"RANK": str(r)}) for r in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    res = json.loads(out.read_text())
+    assert res["same"] and res["buckets"] >= 2
+    assert res["bytes"] == 4 * (64 * 512 + 512 + 512 * 600 + 600)
+    assert res["info"] == {"backend": "gloo", "rank": 0, "world_size": 2}

@@ -15,7 +15,7 @@ from typing import Any
 from recperf.core.errors import ConfigError
 from recperf.stalls.commmodel import CommSample
 from recperf.stalls.netem import parse_bandwidth
-from recperf.stalls.profiler import ANNOTATION, TRACE_FORMAT
+from recperf.stalls.profiler import ANNOTATION, TRACE_FORMAT, TRACE_FORMATS
 from recperf.stalls.spec import RunSpec
 
 STALLS = ("data_fetch_stall_s", "data_prep_stall_s", "interconnect_stall_s", "network_stall_s")
@@ -61,22 +61,27 @@ COMM_NAMES = ("gloo:all_reduce", "nccl:all_reduce")
 """torch.profiler ranges of a collective's execution (gloo's worker thread, NCCL's CPU side)."""
 
 
+OWN_COMM = f"{ANNOTATION}allreduce"
+"""A bucket's all-reduce in recperf's own traces (the timing hook's launch to completion)."""
+
+
 def _is_comm(ev: Mapping[str, Any]) -> bool:
     name = str(ev.get("name", ""))
     if ev.get("cat") == "kernel":  # GPU: the NCCL kernel itself
         return "nccl" in name.lower() and "allreduce" in name.lower().replace("_", "")
-    return name.startswith(COMM_NAMES) and ev.get("cat") != "kernel"
+    return name.startswith(COMM_NAMES) or name == OWN_COMM
 
 
 def torch_iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per-iteration spans of a torch.profiler Chrome trace of a loop run under a
     ``Profiler(annotate=True)``: its ``recperf:`` ranges plus the collectives the trace holds
-    (on GPUs the NCCL kernels are used when present, being the true transfer time)."""
+    (on GPUs the NCCL kernels are used when present, being the true transfer time). Reads
+    recperf's own (format 2) traces the same way."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
     spans: dict[str, list[tuple[float, float]]] = {}
     for e in events:
         name = str(e.get("name", ""))
-        if name.startswith(ANNOTATION):
+        if name.startswith(ANNOTATION) and name != OWN_COMM:
             spans.setdefault(name[len(ANNOTATION) :], []).append(
                 (e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
             )
@@ -99,21 +104,24 @@ def torch_iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per-iteration spans of one rank's trace, warmup dropped."""
+    """Per-iteration spans of one rank's trace (either format), warmup dropped."""
     meta = trace.get("recperf", {})
-    if meta.get("format") != TRACE_FORMAT:
+    if meta.get("format") not in TRACE_FORMATS:
         raise ConfigError(f"not a recperf stall trace (format {meta.get('format')!r})")
     its: dict[int, dict[str, Any]] = {}
     for ev in trace["traceEvents"]:
+        if ev.get("ph", "X") != "X" or str(ev["name"]).startswith("ProfilerStep#"):
+            continue  # names of threads, and the span that holds data_wait + step
+        name = str(ev["name"]).removeprefix(ANNOTATION)  # format 1 had bare names
         i = int(ev["args"]["iteration"])
         it = its.setdefault(i, {"phases": {}, "comm": []})
         a, b = ev["ts"] / 1e6, (ev["ts"] + ev["dur"]) / 1e6
-        if ev["name"] in ("data_wait", "step"):
-            it[ev["name"]] = (a, b)
-        elif ev["name"] == "allreduce":
+        if name in ("data_wait", "step"):
+            it[name] = (a, b)
+        elif name == "allreduce":
             it["comm"].append((a, b))
         else:
-            it["phases"][ev["name"]] = (a, b)
+            it["phases"][name] = (a, b)
     warmup = int(meta.get("warmup", 0))
     return [its[i] for i in sorted(its) if i >= warmup]
 
@@ -190,9 +198,10 @@ def check_trace(trace: Any, source: str) -> dict[str, Any]:
     if not isinstance(trace, dict):
         raise bad("the document", f"is a JSON {type(trace).__name__}, expected an object")
     meta = trace.get("recperf")
-    if not isinstance(meta, dict) or meta.get("format") != TRACE_FORMAT:
+    if not isinstance(meta, dict) or meta.get("format") not in TRACE_FORMATS:
         got = meta.get("format") if isinstance(meta, dict) else None
-        raise bad("'recperf.format'", f"is {got!r}, expected {TRACE_FORMAT!r}")
+        old = " or ".join(repr(f) for f in TRACE_FORMATS if f != TRACE_FORMAT)
+        raise bad("'recperf.format'", f"is {got!r}, expected {TRACE_FORMAT!r} (or {old})")
     for key, kind in (*META_KEYS.items(), ("warmup", int)):
         if (key != "warmup" or key in meta) and not _kind_ok(meta.get(key), kind):
             raise bad(f"'recperf.{key}'", f"= {meta.get(key)!r}, expected {kind.__name__}")
@@ -203,6 +212,10 @@ def check_trace(trace: Any, source: str) -> dict[str, Any]:
         where = f"'traceEvents[{i}]"
         if not isinstance(ev, dict):
             raise bad(f"{where}'", "is not an object")
+        if ev.get("ph", "X") not in ("X", "M"):
+            raise bad(f"{where}.ph'", f"= {ev.get('ph')!r}, expected 'X' or 'M'")
+        if ev.get("ph") == "M":  # thread and process names: nothing the analysis reads
+            continue
         for key, kind in EVENT_KEYS.items():
             if not _kind_ok(ev.get(key), kind):
                 raise bad(f"{where}.{key}'", f"= {ev.get(key)!r}, expected {kind.__name__}")

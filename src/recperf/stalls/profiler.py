@@ -1,6 +1,7 @@
 """Direct instrumentation of a training loop: time spent waiting on the data iterator, each
-step's phases, and every gradient all-reduce (through a DDP communication hook), written as a
-Chrome trace per rank that ``analysis`` turns into a stall breakdown.
+step's phases, and every gradient all-reduce (through a DDP communication hook), written per
+rank as a Kineto-shaped Chrome trace (Perfetto, chrome://tracing and Holistic Trace Analysis
+open it) that ``analysis`` turns into a stall breakdown.
 
     prof = Profiler(ddp_model)
     for batch in prof.data(loader):
@@ -17,7 +18,6 @@ import contextlib
 import json
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,9 +29,16 @@ from torch import nn
 from recperf.core.results import atomic_path
 
 T = TypeVar("T")
-TRACE_FORMAT = "recperf-stall-trace/1"
+TRACE_FORMAT = "recperf-stall-trace/2"
+TRACE_FORMATS = ("recperf-stall-trace/1", TRACE_FORMAT)
+"""Formats ``analysis`` reads: /1 had bare event names on three fixed threads."""
 ANNOTATION = "recperf:"
-"""Prefix of the ranges the Profiler marks in torch.profiler traces."""
+"""Prefix of the ranges the Profiler marks in its own traces and in torch.profiler traces."""
+MAIN_TID = 1
+"""Thread id of the loop's spans; all-reduce lanes follow from ``MAIN_TID + 1``."""
+_TICKS = 1024
+"""Trace times are whole multiples of 1/1024 us: exact in binary floating point, so a span's
+``ts + dur`` equals the end it was cut from and nested spans stay nested for every reader."""
 
 
 @dataclass(slots=True)
@@ -88,12 +95,18 @@ class Profiler:
         self._data_t: tuple[float, float] | None = None
         self._phases: list[tuple[str, Any, Any]] = []
         self._comm: list[tuple[Any, Any, int]] = []
-        self.hooked = False
-        if isinstance(model, nn.parallel.DistributedDataParallel):
-            model.register_comm_hook(self, _timed_allreduce)
-            self.hooked = True
+        self._anchor = (time.time_ns(), time.perf_counter())
+        ddp = model if isinstance(model, nn.parallel.DistributedDataParallel) else None
+        self._pg: Any = ddp.process_group if ddp is not None else None
+        self.world_size = _world_size(self._pg)
+        """The trace's ``distributedInfo.world_size``: the model's process group's, else the
+        default group's, else 1."""
+        self._scale = 1.0 / self.world_size
+        self.hooked = ddp is not None
+        if ddp is not None:
+            ddp.register_comm_hook(self, _timed_allreduce)
 
-    # -- wrapping the loop ----------------------------------------------------------------
+    # -- wrapping the loop (on every iteration's path: plain classes, no generator managers) --
 
     def data(self, iterable: Iterable[T]) -> Iterator[T]:
         """Yield ``iterable``'s items, timing each ``next``."""
@@ -101,24 +114,33 @@ class Profiler:
         while True:
             t0 = time.perf_counter()
             try:
-                with self._range("data_wait"):
+                if self.annotate:
+                    with torch.profiler.record_function(f"{ANNOTATION}data_wait"):
+                        item = next(it)
+                else:
                     item = next(it)
             except StopIteration:
                 return
             self._data_t = (t0, time.perf_counter())
             yield item
 
-    @contextmanager
-    def step(self) -> Iterator[None]:
+    def step(self) -> contextlib.AbstractContextManager[None]:
         """One training step; the batch it consumes is the one ``data`` yielded last."""
-        t_data = self._data_t or (time.perf_counter(), time.perf_counter())
-        self._data_t = None
-        self._phases, self._comm = [], []
-        if self._clock is not None:
-            self._clock.start()
-        t0 = time.perf_counter()
-        with self._range("step"):
-            yield
+        return _Step(self)
+
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """A named part of the current step (e.g. forward, backward, optimizer)."""
+        return _Phase(self, name)
+
+    def _range(self, name: str) -> Any:
+        """A ``recperf:<name>`` torch.profiler range, entered, when annotating."""
+        if not self.annotate:
+            return None
+        rf = torch.profiler.record_function(f"{ANNOTATION}{name}")
+        rf.__enter__()  # type: ignore[no-untyped-call]
+        return rf
+
+    def _record(self, t_data: tuple[float, float], t0: float) -> None:
         if self._clock is not None:
             torch.cuda.synchronize()
         end = time.perf_counter()
@@ -126,19 +148,6 @@ class Profiler:
         rec.phases = [(n, self._t(a), self._t(b)) for n, a, b in self._phases]
         rec.comm = sorted((self._t(a), self._t(b), n) for a, b, n in self._comm)
         self.records.append(rec)
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """A named part of the current step (e.g. forward, backward, optimizer)."""
-        a = self._stamp()
-        with self._range(name):
-            yield
-        self._phases.append((name, a, self._stamp()))
-
-    def _range(self, name: str) -> contextlib.AbstractContextManager[Any]:
-        if self.annotate:
-            return torch.profiler.record_function(f"{ANNOTATION}{name}")
-        return contextlib.nullcontext()
 
     def _stamp(self) -> Any:
         return self._clock.event() if self._clock is not None else time.perf_counter()
@@ -150,63 +159,179 @@ class Profiler:
 
     # -- output ---------------------------------------------------------------------------
 
-    def trace(self, rank: int = 0, meta: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The records as a Chrome trace (open it in Perfetto or chrome://tracing); times in
-        microseconds from the first record, ``recperf`` holds what the analysis needs."""
+    def trace(
+        self,
+        rank: int = 0,
+        meta: dict[str, Any] | None = None,
+        *,
+        world_size: int | None = None,
+        backend: str | None = None,
+    ) -> dict[str, Any]:
+        """The records as a Kineto-shaped Chrome trace: ``distributedInfo``, one
+        ``ProfilerStep#N`` per iteration holding ``recperf:data_wait`` then ``recperf:step``
+        (holding the phases) on the main thread, each all-reduce bucket as ``recperf:allreduce``
+        on a lane thread of its own. Times in microseconds from the first record (wall-clock
+        ``recperf.t0_unix_ns``, to line ranks up); ``recperf`` holds what the analysis needs.
+        ``world_size`` and ``backend`` default to the process group's (gloo on the CPU, nccl on
+        CUDA)."""
         t0 = self.records[0].start if self.records else 0.0
-        events: list[dict[str, Any]] = []
-
-        def span(name: str, a: float, b: float, tid: int, **args: Any) -> None:
-            events.append(
-                {
-                    "name": name,
-                    "ph": "X",
-                    "pid": rank,
-                    "tid": tid,
-                    "ts": (a - t0) * 1e6,
-                    "dur": max(b - a, 0.0) * 1e6,
-                    "args": args,
-                }
-            )
-
-        for i, r in enumerate(self.records):
-            span("data_wait", r.start, r.data_end, 0, iteration=i)
-            span("step", r.data_end, r.end, 0, iteration=i)
-            for name, a, b in r.phases:
-                span(name, a, b, 1, iteration=i)
-            for k, (a, b, n) in enumerate(r.comm):
-                span("allreduce", a, b, 2, iteration=i, bucket=k, bytes=n)
+        wall0 = self._anchor[0] + round((t0 - self._anchor[1]) * 1e9)
         return {
-            "traceEvents": events,
+            "schemaVersion": 1,
+            "distributedInfo": {
+                "backend": backend or ("nccl" if self.cuda else "gloo"),
+                "rank": rank,
+                "world_size": self.world_size if world_size is None else world_size,
+            },
+            "deviceProperties": [],
             "displayTimeUnit": "ms",
+            "traceEvents": kineto_events(self.records, rank, t0),
             "recperf": {
                 "format": TRACE_FORMAT,
                 "rank": rank,
                 "hooked": self.hooked,
                 "clock": "cuda-events" if self.cuda else "wall",
+                "t0_unix_ns": wall0,
                 **(meta or {}),
             },
         }
 
     def write_trace(
-        self, path: str | Path, rank: int = 0, meta: dict[str, Any] | None = None
+        self,
+        path: str | Path,
+        rank: int = 0,
+        meta: dict[str, Any] | None = None,
+        *,
+        world_size: int | None = None,
+        backend: str | None = None,
     ) -> Path:
+        """``trace`` written atomically to ``path`` (default separators: ``"rank": 0`` with
+        the space HTA's rank pattern expects)."""
+        trace = self.trace(rank, meta, world_size=world_size, backend=backend)
         with atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self.trace(rank, meta)))
+            tmp.write_text(json.dumps(trace))
         return Path(path)
 
 
+class _Step:
+    __slots__ = ("prof", "range", "t0", "t_data")
+
+    def __init__(self, prof: Profiler) -> None:
+        self.prof = prof
+
+    def __enter__(self) -> None:
+        p = self.prof
+        now = time.perf_counter()
+        self.t_data = p._data_t or (now, now)
+        p._data_t = None
+        p._phases, p._comm = [], []
+        if p._clock is not None:
+            p._clock.start()
+        self.t0 = time.perf_counter()
+        self.range = p._range("step")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.range is not None:
+            self.range.__exit__(*exc)
+        if exc[0] is None:  # a failed step is not an iteration
+            self.prof._record(self.t_data, self.t0)
+
+
+class _Phase:
+    __slots__ = ("a", "name", "prof", "range")
+
+    def __init__(self, prof: Profiler, name: str) -> None:
+        self.prof, self.name = prof, name
+
+    def __enter__(self) -> None:
+        self.a = self.prof._stamp()
+        self.range = self.prof._range(self.name)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.range is not None:
+            self.range.__exit__(*exc)
+        if exc[0] is None:
+            self.prof._phases.append((self.name, self.a, self.prof._stamp()))
+
+
+def _world_size(pg: Any) -> int:
+    if pg is not None:
+        return int(pg.size())
+    if dist.is_available() and dist.is_initialized():
+        return int(dist.get_world_size())
+    return 1
+
+
+def kineto_events(records: list[IterRecord], rank: int, t0: float) -> list[dict[str, Any]]:
+    """Trace events of ``records``: thread and process names first, then per iteration its
+    spans clamped into their parents (CUDA-event times can stray by microseconds), and the
+    buckets first-fit onto comm lanes so that spans on one thread never partly overlap."""
+    events: list[dict[str, Any]] = []
+    lane_end: list[int] = []  # per comm lane, the end of its last span
+
+    def tick(t: float) -> int:
+        return round((t - t0) * 1e6 * _TICKS)
+
+    def span(name: str, a: int, b: int, tid: int, i: int, **args: Any) -> None:
+        events.append({"ph": "X", "cat": "user_annotation", "name": name, "pid": rank,
+                       "tid": tid, "ts": a / _TICKS, "dur": (b - a) / _TICKS,
+                       "args": {"iteration": i, **args}})  # fmt: skip
+
+    for i, r in enumerate(records):
+        s = tick(r.start)
+        d = max(s, tick(r.data_end))
+        e = max(d, tick(r.end))
+        span(f"ProfilerStep#{i}", s, e, MAIN_TID, i)
+        span(f"{ANNOTATION}data_wait", s, d, MAIN_TID, i)
+        span(f"{ANNOTATION}step", d, e, MAIN_TID, i)
+        prev = d
+        for name, a, b in sorted(r.phases, key=lambda ph: ph[1]):
+            pa = min(max(tick(a), prev), e)
+            prev = min(max(tick(b), pa), e)
+            span(f"{ANNOTATION}{name}", pa, prev, MAIN_TID, i)
+        for k, (a, b, n) in enumerate(r.comm):
+            ca = tick(a)
+            cb = max(ca, tick(b))
+            lane = next((j for j, end in enumerate(lane_end) if end <= ca), len(lane_end))
+            if lane == len(lane_end):
+                lane_end.append(cb)
+            lane_end[lane] = cb
+            span(f"{ANNOTATION}allreduce", ca, cb, MAIN_TID + 1 + lane, i, bytes=n, bucket=k)
+    names = [(MAIN_TID, "main")] + [
+        (MAIN_TID + 1 + j, f"allreduce {j}") for j in range(len(lane_end))
+    ]
+    meta = [_meta("process_name", rank, 0, name=f"rank {rank}"),
+            _meta("process_sort_index", rank, 0, sort_index=rank)]  # fmt: skip
+    for tid, name in names:
+        meta.append(_meta("thread_name", rank, tid, name=name))
+        meta.append(_meta("thread_sort_index", rank, tid, sort_index=tid))
+    return meta + events
+
+
+def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
+    return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "ts": 0, "args": args}
+
+
 def _timed_allreduce(state: Profiler, bucket: Any) -> torch.futures.Future[torch.Tensor]:
-    """DDP's default averaging all-reduce, with the launch and completion of each bucket noted."""
+    """DDP's averaging all-reduce, with each bucket's launch and completion noted.
+
+    Kept lean, being on the backward pass. The mean is taken as DDP's hook-less path takes it,
+    by multiplying with 1 / world size (``div_`` is slower; exact alike for powers of two);
+    DDP fuses that into its copy into the bucket but hands a comm hook the bucket unscaled, so
+    this is one pass over the gradients, the bulk of the hook's cost. The collective goes to the
+    model's process group directly, as DDP's own C++ path does (skipping ``dist.all_reduce``'s
+    Python checks). DDP takes only a Python future from a Python hook, so the completion is a
+    chained callback: it notes the time on the collective's thread as the result is handed on.
+    """
     tensor = bucket.buffer()
     start = state._stamp()
-    tensor.div_(dist.get_world_size())
-    work: Any = dist.all_reduce(tensor, async_op=True)
-    fut = work.get_future()
-    nbytes = tensor.numel() * tensor.element_size()
+    if state._scale != 1.0:
+        tensor.mul_(state._scale)
+    fut = state._pg.allreduce([tensor]).get_future()
+    comm, stamp, nbytes = state._comm, state._stamp, tensor.nbytes
 
     def done(f: torch.futures.Future[Any]) -> torch.Tensor:
-        state._comm.append((start, state._stamp(), nbytes))
+        comm.append((start, stamp(), nbytes))
         out: torch.Tensor = f.value()[0]
         return out
 

@@ -198,7 +198,13 @@ def run_rank(spec: RunSpec, out_dir: Path) -> Path:
         close()
     prof = prof or Profiler(cuda=False)
     prof.records = records
-    return prof.write_trace(out_dir / f"rank{rank}.json", rank, meta)
+    return prof.write_trace(
+        out_dir / f"rank{rank}.json",
+        rank,
+        meta,
+        world_size=world,
+        backend="nccl" if cuda else "gloo",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
