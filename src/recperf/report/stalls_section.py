@@ -35,6 +35,7 @@ from recperf.stalls import netem
 from recperf.stalls.advisor import Advice, AdvisorConfig, advise, pareto_figure
 from recperf.stalls.analysis import STALLS
 from recperf.stalls.commmodel import PARAMS, CommModel, CommSample, fit
+from recperf.stalls.kineto import analyze_paths, find_traces
 from recperf.stalls.profile import ProfileConfig, profile
 
 KEY = "stalls"
@@ -45,6 +46,10 @@ EPOCH_SAMPLES = {"dlrm": 45_840_617, "mlp": 1_000_000}
 DEFAULT_EPOCH_SAMPLES = 1_000_000
 MIN_SAMPLES = len(PARAMS)
 """The all-reduce model has five parameters: fewer samples cannot determine it."""
+TORCH_TRACE_ITERS = 3
+"""Timed iterations of each run also captured with torch.profiler, for ``stalls analyze``."""
+TRACED = ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "overlapped_comm_s")
+"""The figures ``stalls analyze`` reads from a torch.profiler trace, in table order."""
 PROFILE_SHARE = 0.9
 """Share of the section's progress given to the profile (the rest fits, advises and plots)."""
 FIGURES = ("iteration_s", "compute_s", *STALLS, "contention_s", "unexplained_s")
@@ -84,11 +89,13 @@ def default_config(quick: bool) -> ProfileConfig:
             iters=3,
             warmup=1,
             real_data=False,
+            torch_trace_iters=2,
         )
     nodes = 2 if netem.available() is None else 1
     return ProfileConfig(
-        workload="dlrm", ranks=2, nodes=nodes, bandwidth="500mbit", iters=15, warmup=3
-    )
+        workload="dlrm", ranks=2, nodes=nodes, bandwidth="500mbit", iters=15, warmup=3,
+        torch_trace_iters=TORCH_TRACE_ITERS,
+    )  # fmt: skip
 
 
 def stalls_section(*, quick: bool = False, progress: ProgressFn | None = None) -> Section:
@@ -98,9 +105,39 @@ def stalls_section(*, quick: bool = False, progress: ProgressFn | None = None) -
         summary = profile(
             default_config(quick), Path(tmp), progress=lambda f, _m: report(PROFILE_SHARE * f)
         )
-    section = section_from_summary(summary)
+        traced, traced_note = traced_figures(Path(tmp), summary)
+    section = section_from_summary(summary, traced, traced_note)
     report(1.0)
     return section
+
+
+def traced_figures(out: Path, summary: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """``stalls analyze`` on the torch.profiler traces of the profile's last run, beside the
+    direct instrumentation of the same iterations (its own rank traces); or None and why."""
+    name = str(summary["runs"][-1]["name"])
+    run_dir = out / "runs" / name
+    paths = sorted(run_dir.glob("torch_rank*.json"))
+    if not paths:
+        return None, ""
+    try:
+        traced = analyze_paths(paths)
+        direct = analyze_paths(find_traces([run_dir]))
+    except RecperfError as exc:
+        return None, f"The torch.profiler traces of run '{name}' could not be analysed: {exc}"
+    k = int(traced["iters"])  # the traced window is the first k timed iterations
+    ranks = list(direct["iterations"].values())
+    direct_mean = {
+        key: sum(sum(f[key] for f in its[:k]) / len(its[:k]) for its in ranks) / len(ranks)
+        for key in TRACED
+    }
+    scale = max(direct_mean["iteration_s"], 1e-12)  # tiny figures: relative error is noise
+    rows = {
+        key: {"analyze": float(traced[key]), "direct": d,
+              "diff_of_iteration": (float(traced[key]) - d) / scale}
+        for key, d in direct_mean.items()
+    }  # fmt: skip
+    method = traced["method"]["network_stall_s" if traced["nodes"] > 1 else "interconnect_stall_s"]
+    return {"run": name, "iterations": k, "figures": rows, "exposed_method": method}, ""
 
 
 # -- model and advice -------------------------------------------------------------------------
@@ -146,8 +183,11 @@ def _jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
 # -- the section ------------------------------------------------------------------------------
 
 
-def section_from_summary(summary: Mapping[str, Any]) -> Section:
-    """The section for a finished profile's summary (as ``profile`` returns it)."""
+def section_from_summary(
+    summary: Mapping[str, Any], traced: Mapping[str, Any] | None = None, traced_note: str = ""
+) -> Section:
+    """The section for a finished profile's summary (as ``profile`` returns it), and
+    ``traced_figures``' comparison when the runs captured torch.profiler traces."""
     model, model_note = fit_model(summary["comm_samples"])
     advice, advice_note = run_advisor(summary, model)
     data = {
@@ -162,18 +202,20 @@ def section_from_summary(summary: Mapping[str, Any]) -> Section:
         "comm_model_samples": 0 if model is None else model.samples,
         "comm_model_rel_rmse": None if model is None else model.rel_rmse,
         "advice": None if advice is None else advice.to_json(),
+        "torch_trace_analysis": None if traced is None else dict(traced),
     }
     figs = [figure_html(f"{KEY}-breakdown", _breakdown_figure(summary), _BREAKDOWN_NOTE)]
     if model is not None:
         figs.append(_comm_figure(summary["comm_samples"], model))
     if advice is not None:
         figs.append(_pareto_html(advice))
-    notes = [_skipped_text(summary["skipped"]), model_note, advice_note]
+    notes = [_skipped_text(summary["skipped"]), model_note, advice_note, traced_note]
     body = (
         f"<p>{html.escape(_setup_text(summary))}</p>"
         + "".join(f"<p><strong>Note:</strong> {html.escape(n)}</p>" for n in notes if n)
         + _breakdown_table(summary)
         + _cross_check_table(summary["cross_check"])
+        + ("" if traced is None else _traced_table(traced))
         + f'<div class="rp-grid">{"".join(figs)}</div>'
         + ("" if model is None else _model_table(model))
         + ("" if advice is None else _advice_html(advice))
@@ -243,6 +285,25 @@ def _cross_check_table(cross: Mapping[str, Mapping[str, float]]) -> str:
         "the traces (exposed all-reduce time, data wait), and their relative difference."
     )
     header = ["stall", "differential (ms)", "direct (ms)", "relative difference"]
+    return table_html(header, rows, caption=caption)
+
+
+def _traced_table(traced: Mapping[str, Any]) -> str:
+    rows = [
+        [key.removesuffix("_s"), _ms(f["analyze"]), _ms(f["direct"]),
+         _ms(f["analyze"] - f["direct"]), _pct(f["diff_of_iteration"])]
+        for key, f in traced["figures"].items()
+    ]  # fmt: skip
+    caption = (
+        f"recperf stalls analyze on the torch.profiler traces of run '{traced['run']}' "
+        f"({traced['iterations']} iterations per rank) against the direct instrumentation of "
+        f"the same iterations (ms per iteration; the difference also as a share of the "
+        f"iteration). Exposed communication from the trace: {traced['exposed_method']}; the "
+        f"direct figure counts from the last bucket's launch, so time the thread spends inside "
+        f"earlier buckets' launch calls is compute there and communication here."
+    )
+    header = ["figure", "torch.profiler trace (ms)", "direct (ms)", "difference (ms)",
+              "of iteration"]  # fmt: skip
     return table_html(header, rows, caption=caption)
 
 

@@ -1,0 +1,433 @@
+"""Stall figures from normalised per-rank traces (``kineto`` reads the files into ``RankTrace``):
+per iteration data wait, compute, exposed and overlapped communication, and the summary that
+``recperf stalls analyze`` writes, shaped like ``profile``'s summary.json.
+
+Definitions, per iteration (one ``ProfilerStep#N`` span, or a recperf data wait + step):
+
+- ``data_wait_s``: the union of the data-iterator ranges in it (DataLoader ``__next__``,
+  ``recperf:data_wait``), clipped to the iteration.
+- ``comm_busy_s``: the union of the collectives' execution spans started in it: on GPUs the
+  NCCL kernels launched in it (linked to their launch by ``correlation``), on CPUs gloo's own
+  ranges on its worker threads (``gloo:all_reduce`` ...) or recperf's ``recperf:allreduce``.
+- ``exposed_comm_s`` on GPUs: comm-kernel time during which no compute kernel (any kernel but
+  NCCL, memcpy and memset) runs on any stream of that GPU (HTA's comm/compute overlap; a wait
+  on the CPU side while the GPU idles is not counted). On CPUs: time the critical
+  (``ProfilerStep``) thread is blocked on communication, i.e. runs no compute op (any
+  ``cpu_op`` but the collectives' own, e.g. ``c10d::allreduce_``) and is not in the data wait
+  while a collective is outstanding (from its launch op to the end of its execution span):
+  counted from the step's last collective launch on (DDP's final wait), and before it only in
+  idle gaps that a collective's completion ends (a blocking collective; a gap while a bucket is
+  merely in flight during backward is scheduling noise). recperf's own traces record no ops:
+  there the thread counts as blocked from the step's last launch to the last completion, the
+  direct instrumentation's rule.
+- ``overlapped_comm_s``: busy time during which compute runs (GPU: a compute kernel; CPU: a
+  compute op on the critical thread, or, in recperf's traces, before the waits);
+  ``compute_s`` = iteration - data wait - exposed communication (the step without stalls)."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+Interval = tuple[float, float]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Comm:
+    """One collective: its execution span and, when the trace shows it, its launch."""
+
+    start: float
+    """Execution start, seconds."""
+    end: float
+    """Execution end, seconds."""
+    launch: float
+    """When the training thread issued it, which places it in an iteration (= start when the
+    trace does not show it)."""
+    kind: str
+    """Normalised collective name: allreduce, broadcast, alltoall, ..."""
+    nbytes: int | None
+    """Message bytes, when recorded (record_shapes, record_param_comms, kernel args)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Step:
+    """One iteration on the critical thread."""
+
+    index: int
+    """The N of ProfilerStep#N (or the recperf iteration)."""
+    start: float
+    end: float
+    phases: dict[str, Interval] = field(default_factory=dict)
+    """recperf:forward / backward / optimizer ranges, when present."""
+    flops: float | None = None
+    """Sum of the ops' ``flops`` args (torch.profiler with_flops), when recorded."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RankTrace:
+    """One rank's trace, reduced to what the figures need; times in seconds."""
+
+    source: str
+    rank: int
+    world_size: int | None
+    backend: str
+    """gloo, nccl or unknown."""
+    host: str | None
+    device: str
+    """cpu, or cuda when the trace holds GPU kernels."""
+    device_name: str
+    steps: list[Step]
+    data: list[Interval]
+    """Data-iterator ranges (merged)."""
+    comm: list[Comm]
+    compute: list[Interval]
+    """Merged compute: GPU compute kernels, or the critical thread's compute ops on CPUs."""
+    ops_recorded: bool
+    """False for recperf's own traces (no ops): the last-launch rule applies."""
+    kernels: list[tuple[float, float, float]] = field(default_factory=list)
+    """GPU compute kernels as (launch, start, end), to place them in iterations."""
+    meta: dict[str, Any] = field(default_factory=dict)
+    """The ``recperf`` metadata object of recperf traces."""
+
+
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, disjoint union of ``intervals``."""
+    out: list[Interval] = []
+    for a, b in sorted(intervals):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            if b > out[-1][1]:
+                out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def length(merged: Sequence[Interval]) -> float:
+    return sum((b - a for a, b in merged), 0.0)
+
+
+def overlap(a: Sequence[Interval], b: Sequence[Interval]) -> float:
+    """Length of the intersection of two merged interval lists."""
+    i = j = 0
+    total = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo:
+            total += hi - lo
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def subtract(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
+    """The merged list ``a`` less the merged list ``b``."""
+    out, j = [], 0
+    for lo, hi in a:
+        while j < len(b) and b[j][1] <= lo:
+            j += 1
+        k, t = j, lo
+        while k < len(b) and b[k][0] < hi:
+            if b[k][0] > t:
+                out.append((t, b[k][0]))
+            t = max(t, b[k][1])
+            k += 1
+        if t < hi:
+            out.append((t, hi))
+    return out
+
+
+def clip(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
+    """The part of a merged list inside [lo, hi] (found by bisection: ends are sorted too)."""
+    i = bisect.bisect_right(merged, (lo, math.inf))
+    i = i - 1 if i and merged[i - 1][1] > lo else i
+    out = []
+    while i < len(merged) and merged[i][0] < hi:
+        a, b = merged[i]
+        if b > lo:
+            out.append((max(a, lo), min(b, hi)))
+        i += 1
+    return out
+
+
+def _step_comm(trace: RankTrace, step: Step, nxt: float) -> list[Comm]:
+    return [c for c in trace.comm if step.start <= c.launch < nxt]
+
+
+def iteration_figures(trace: RankTrace, skip_steps: int = 0) -> list[dict[str, Any]]:
+    """Figures of each iteration (after the first ``skip_steps``), as the module docstring
+    defines them."""
+    out = []
+    steps = trace.steps
+    for k, step in enumerate(steps):
+        if k < skip_steps:
+            continue
+        nxt = steps[k + 1].start if k + 1 < len(steps) else step.end
+        comms = _step_comm(trace, step, max(nxt, step.end))
+        busy = merge((c.start, c.end) for c in comms)
+        data = clip(trace.data, step.start, step.end)
+        if trace.device == "cuda":
+            exposed = length(busy) - overlap(busy, trace.compute)
+            overlapped = length(busy) - exposed
+        else:
+            exposed, overlapped = _cpu_exposed(trace, step, comms, busy, data)
+        it = step.end - step.start
+        fig: dict[str, Any] = {
+            "step": step.index,
+            "iteration_s": it,
+            "data_wait_s": length(data),
+            "compute_s": max(0.0, it - length(data) - exposed),
+            "exposed_comm_s": exposed,
+            "overlapped_comm_s": overlapped,
+            "comm_busy_s": length(busy),
+            "collectives": len(comms),
+            "allreduces": sum(c.kind == "allreduce" for c in comms),
+            "comm_bytes": _bytes(comms),
+            "allreduce_bytes": _bytes([c for c in comms if c.kind == "allreduce"]),
+            "flops": step.flops,
+        }
+        if trace.device == "cuda":
+            end = max(nxt, step.end)
+            mine = merge((a, b) for at, a, b in trace.kernels if step.start <= at < end)
+            fig["gpu_compute_s"] = length(mine)
+        bwd = step.phases.get("backward")
+        if bwd is not None:
+            wait = _cpu_wait_in(trace, comms, bwd)
+            fig["backward_s"] = max(0.0, bwd[1] - bwd[0] - wait)
+        out.append(fig)
+    return out
+
+
+def _bytes(comms: Sequence[Comm]) -> int | None:
+    if not comms:
+        return 0
+    if any(c.nbytes is None for c in comms):
+        return None
+    return sum(int(c.nbytes or 0) for c in comms)
+
+
+def _waits(
+    trace: RankTrace, comms: Sequence[Comm], lo: float, hi: float, data: Sequence[Interval]
+) -> list[Interval]:
+    """When, in [lo, hi], the critical thread is blocked on communication (merged): idle while
+    a collective is outstanding, from the step's last launch on (all its buckets are issued,
+    as DDP's final wait); before it only in gaps a collective's completion ends (a blocking
+    collective: an idle gap during backward with one merely in flight is the OS's, not a wait)."""
+    spans = merge((c.launch, c.end) for c in comms)
+    last = max((c.launch for c in comms), default=hi)
+    if not trace.ops_recorded:  # recperf traces: blocked from the last launch to the end
+        return clip(spans, max(lo, last), hi)
+    working = merge([*clip(trace.compute, lo, hi), *data])
+    ends = sorted(c.end for c in comms)
+    out = []
+    for g0, g1 in _complement(working, lo, hi):
+        if g1 > last:
+            out += clip(spans, max(g0, last), g1)
+        k = bisect.bisect_right(ends, min(g1, last)) - 1
+        if g0 < last and k >= 0 and ends[k] >= g0:  # a collective's completion ends the gap
+            out += clip(spans, g0, ends[k])
+    return merge(out)
+
+
+def _cpu_exposed(
+    trace: RankTrace,
+    step: Step,
+    comms: Sequence[Comm],
+    busy: Sequence[Interval],
+    data: Sequence[Interval],
+) -> tuple[float, float]:
+    """(exposed, overlapped) on a CPU trace: the thread's waits on communication; busy time
+    the thread computes (or, without recorded ops, busy time before the waits)."""
+    waits = _waits(trace, comms, step.start, step.end, data)
+    working = merge([*clip(trace.compute, step.start, step.end), *data])
+    if not trace.ops_recorded:
+        working = _complement(merge([*waits, *data]), step.start, step.end)
+    return length(waits), overlap(merge(busy), working)
+
+
+def _cpu_wait_in(trace: RankTrace, comms: Sequence[Comm], span: Interval) -> float:
+    """Exposed communication inside ``span`` (the backward pass, which holds DDP's wait)."""
+    if trace.device == "cuda":
+        return 0.0
+    return length(_waits(trace, comms, span[0], span[1], clip(trace.data, *span)))
+
+
+def _complement(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
+    out, t = [], lo
+    for a, b in merged:
+        if a > t:
+            out.append((t, a))
+        t = max(t, b)
+    if hi > t:
+        out.append((t, hi))
+    return out
+
+
+MEAN_KEYS = ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "overlapped_comm_s",
+             "comm_busy_s", "collectives", "allreduces", "comm_bytes", "allreduce_bytes",
+             "flops", "backward_s", "gpu_compute_s")  # fmt: skip
+
+
+def _mean(figs: Sequence[dict[str, Any]], key: str) -> float | None:
+    values = [f.get(key) for f in figs]
+    if not values or any(v is None for v in values):
+        return None
+    return statistics.fmean(float(v) for v in values if v is not None)
+
+
+def rank_means(trace: RankTrace, figs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One rank's means over its iterations, plus its median iteration time."""
+    row: dict[str, Any] = {"rank": trace.rank, "source": trace.source, "host": trace.host}
+    row["iterations"] = len(figs)
+    row["iteration_median_s"] = statistics.median(f["iteration_s"] for f in figs)
+    for key in MEAN_KEYS:
+        row[key] = _mean(figs, key)
+    return row
+
+
+def slowest_rank(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The rank with the largest median iteration time and its margin over the others'
+    median; None with one rank."""
+    if len(rows) < 2:
+        return None
+    worst = max(rows, key=lambda r: r["iteration_median_s"])
+    others = statistics.median(r["iteration_median_s"] for r in rows if r is not worst)
+    margin = worst["iteration_median_s"] - others
+    return {
+        "rank": worst["rank"],
+        "iteration_median_s": worst["iteration_median_s"],
+        "others_median_s": others,
+        "margin_s": margin,
+        "margin_frac": margin / others if others > 0 else math.nan,
+    }
+
+
+def nodes_of(traces: Sequence[RankTrace], world: int, rpn: int | None) -> tuple[int, str]:
+    """Machines the world spans, and how that was found."""
+    if rpn is not None:
+        return math.ceil(world / rpn), f"given by --ranks-per-node {rpn}"
+    hosts = {t.host for t in traces}
+    if None not in hosts:
+        return len(hosts), f"from the traces' host names ({', '.join(sorted(map(str, hosts)))})"
+    return 1, "assumed: no --ranks-per-node and no host names in the traces"
+
+
+FIGURES = ("compute_s", "data_fetch_stall_s", "data_prep_stall_s", "interconnect_stall_s",
+           "network_stall_s")  # fmt: skip
+DIRECT = ("iteration_s", "compute_s", "data_wait_s", "exposed_comm_s", "overlapped_comm_s",
+          "comm_busy_s")  # fmt: skip
+
+
+def summarise(
+    traces: Sequence[RankTrace],
+    figs: Sequence[Sequence[dict[str, Any]]],
+    *,
+    ranks_per_node: int | None,
+    skip_steps: int,
+) -> dict[str, Any]:
+    """The summary.json of ``analyze``: ``profile``'s top-level figures where traces measure
+    them, the per-rank means, every iteration's figures and the slowest rank."""
+    rows = [rank_means(t, f) for t, f in zip(traces, figs, strict=True)]
+    first = traces[0]
+    world = first.world_size or len(traces)
+    nodes, nodes_how = nodes_of(traces, world, ranks_per_node)
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in rows]
+        return None if None in values else statistics.fmean(values)
+
+    exposed = mean("exposed_comm_s") or 0.0
+    it = mean("iteration_s") or 0.0
+    spans = nodes > 1
+    figures = {
+        "iteration_s": it,
+        "compute_s": mean("compute_s") or 0.0,
+        "data_fetch_stall_s": mean("data_wait_s") or 0.0,
+        "data_prep_stall_s": 0.0,
+        "interconnect_stall_s": 0.0 if spans else exposed,
+        "network_stall_s": exposed if spans else 0.0,
+    }
+    grad = mean("allreduce_bytes")
+    layers = mean("allreduces")
+    flops = mean("flops")
+    summary: dict[str, Any] = {
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": "traces",
+        "traces": [t.source for t in traces],
+        "workload": first.meta.get("workload"),
+        "ranks": len(traces),
+        "world_size": world,
+        "nodes": nodes,
+        "ranks_per_node": ranks_per_node,
+        "backend": first.backend,
+        "device": first.device,
+        "device_name": first.device_name,
+        "iters": min(len(f) for f in figs),
+        "skip_steps": skip_steps,
+        **figures,
+        **{
+            k.removesuffix("_s") + "_frac": (figures[k] / it if it > 0 else math.nan)
+            for k in FIGURES
+        },
+        "data_wait_s": mean("data_wait_s"),
+        "exposed_comm_s": exposed,
+        "overlapped_comm_s": mean("overlapped_comm_s"),
+        "comm_busy_s": mean("comm_busy_s"),
+        "comm_bytes": mean("comm_bytes"),
+        "grad_bytes": round(grad) if grad else None,
+        "num_layers": round(layers) if layers else None,
+        "flops_per_iter": flops if flops else None,
+        "backward_s": mean("backward_s"),
+        "method": _method(first, nodes, nodes_how, spans, grad, flops),
+        "direct": {k: mean(k) for k in DIRECT},
+        "cross_check": {},
+        "skipped": {},
+        "per_rank": rows,
+        "iterations": {str(t.rank): list(f) for t, f in zip(traces, figs, strict=True)},
+        "slowest_rank": slowest_rank(rows),
+    }
+    summary["direct"]["data_stall_s"] = summary["direct"].pop("data_wait_s")
+    return summary
+
+
+def _method(
+    first: RankTrace, nodes: int, nodes_how: str, spans: bool, grad: float | None,
+    flops: float | None,
+) -> dict[str, str]:  # fmt: skip
+    if first.device == "cuda":
+        exposed = "NCCL kernel time not overlapped by compute kernels on any stream"
+    elif first.ops_recorded:
+        exposed = "the step thread idle while a collective it launched is outstanding"
+    else:
+        exposed = "from the step's last all-reduce launch to the last completion"
+    where = f"{nodes} node(s), {nodes_how}"
+    net = (
+        f"measured: exposed communication ({exposed}); the world spans {where}, so a ring "
+        "all-reduce is paced by its inter-node hops: all of it is network stall"
+    )
+    intra = f"measured: exposed communication ({exposed}); the world is on {where}"
+    return {
+        "iteration_s": "measured: ProfilerStep#N spans (recperf: data wait + step)",
+        "compute_s": "measured: iteration - data wait - exposed communication",
+        "data_fetch_stall_s": "measured: data-iterator wait (DataLoader __next__, "
+        "recperf:data_wait); fetch and preparation together: one trace cannot split them",
+        "data_prep_stall_s": "not separable from a trace: counted in data_fetch_stall_s",
+        "interconnect_stall_s": "0: the world spans nodes" if spans else intra,
+        "network_stall_s": net if spans else "0: the world is on one node",
+        "grad_bytes": "measured: all-reduce message bytes per iteration"
+        if grad
+        else "not recorded (torch.profiler record_shapes=True records message sizes)",
+        "num_layers": "measured: all-reduce calls per iteration",
+        "flops_per_iter": "measured: ops' flops (torch.profiler with_flops=True)"
+        if flops
+        else "not recorded (torch.profiler with_flops=True)",
+        "batch_size": "from --batch-size (a trace does not record it)",
+    }
