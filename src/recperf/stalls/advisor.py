@@ -237,7 +237,9 @@ def predict_compute(
 def _link_bytes_per_s(instance: Instance, gpu: GpuModel) -> float:
     link = instance.intra_node_link
     rate = 0.0
-    if link.startswith("nvlink"):
+    if link != "none" and instance.intra_node_gb_per_s is not None:
+        rate = instance.intra_node_gb_per_s  # the catalog's own figure for this instance type
+    elif link.startswith("nvlink"):
         rate = gpu.nvlink_gb_per_s_per_gpu
     elif link.startswith("pcie"):
         rate = gpu.pcie_gb_per_s
@@ -306,6 +308,8 @@ class Advice:
     """The advisor configuration used."""
     memory_needed_bytes: float
     """GPU memory needed per rank: param_bytes x (1 + optimizer_bytes_per_param_byte)."""
+    notes: list[str] = dataclasses.field(default_factory=list)
+    """What the catalog left out or assumed (instance types skipped and why), one per line."""
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready summary: snake_case keys with units in the names."""
@@ -331,6 +335,7 @@ class Advice:
                 "data_stall": "fetch + prep stall per iteration carried over from the profile",
                 "comm_model_source": self.model_source, "comm_model": comm,
             },
+            "notes": list(self.notes),
         }  # fmt: skip
 
 
@@ -344,8 +349,10 @@ def advise(
     summary: Mapping[str, Any], config: AdvisorConfig, *,
     instances: Sequence[Instance] | None = None,
     gpu_models: Mapping[str, GpuModel] | None = None, model: CommModel | None = None,
+    notes: Sequence[str] = (),
 ) -> Advice:  # fmt: skip
-    """Evaluate every instance type x count 1..max_instances and choose among them."""
+    """Evaluate every instance type x count 1..max_instances and choose among them; ``notes``
+    (what loading the catalog skipped) are carried into the advice."""
     profile = ProfileSummary.from_mapping(summary)
     instances = load_instances() if instances is None else instances
     gpu_models = load_gpu_models() if gpu_models is None else gpu_models
@@ -372,7 +379,7 @@ def advise(
         candidates=candidates, skipped=skipped,
         setups_skipped=len(skipped) * config.max_instances,
         model_source=_model_source(model), model=comm_model, config=config,
-        memory_needed_bytes=needed,
+        memory_needed_bytes=needed, notes=list(notes),
     )  # fmt: skip
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from recperf.core.errors import TraceFormatError
+from recperf.core.errors import ConfigError, TraceFormatError
 
 INSTANCE_COLUMNS = ("instance", "gpus", "gpu_model", "gpu_mem_gib", "intra_node_link",
                     "network_gbps", "usd_per_hour")  # fmt: skip
@@ -33,6 +33,10 @@ class Instance:
     intra_node_link: str
     network_gbps: float
     usd_per_hour: float
+    intra_node_gb_per_s: float | None = None
+    """Per-GPU link bandwidth inside the machine; None: the GPU datasheet's for the link kind."""
+    location: str = ""
+    """Where the price applies (region/zone), when the catalog says."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -106,6 +110,40 @@ def load_instances(path: Path | str | None = None) -> list[Instance]:
             usd_per_hour=_number(path, line, row, "usd_per_hour", False),
         ))  # fmt: skip
     return out
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Catalog:
+    """The instance types to choose from, and what loading them left out."""
+
+    instances: list[Instance]
+    notes: list[str]
+    """One line per thing skipped or assumed (empty for the bundled format)."""
+    report: dict[str, Any] | None = None
+    """A SkyPilot catalog's CatalogReport, as JSON."""
+
+
+def load_catalog(
+    path: Path | str | None, gpu_models: Mapping[str, GpuModel], *, region: str | None = None,
+    spot: bool = False, links: Path | str | None = None,
+) -> Catalog:  # fmt: skip
+    """The bundled catalog (``path`` None), a CSV with INSTANCE_COLUMNS, or a SkyPilot
+    ``vms.csv`` (told apart by its header; see ``skypilot``), which alone takes ``region``,
+    ``spot`` and a bandwidth table ``links`` (default: the bundled one)."""
+    from recperf.stalls import skypilot
+
+    if path is not None and skypilot.is_skypilot(path):
+        instances, report = skypilot.load_skypilot(
+            path, gpu_models, region=region, spot=spot, links=skypilot.load_links(links)
+        )
+        return Catalog(instances=instances, notes=report.notes(), report=report.to_json())
+    if region is not None or spot or links is not None:
+        flag = "--region" if region is not None else "--spot" if spot else "--links"
+        which = "bundled" if path is None else "given"
+        raise ConfigError(f"{flag}: only for a SkyPilot catalog (--catalog vms.csv); the "
+                          f"{which} catalog has one on-demand price and its own bandwidths "
+                          "per row")  # fmt: skip
+    return Catalog(instances=load_instances(path), notes=[])
 
 
 def load_gpu_models(path: Path | str | None = None) -> dict[str, GpuModel]:
