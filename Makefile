@@ -11,6 +11,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# The embedding peers (tests and benchmarks/embed_cpu.py): TorchRec's own requirements would
+	# replace torch, so it and its few pure-Python imports go in without dependencies.
+	$(BIN)/pip install --quiet fbgemm-gpu-cpu==1.8.0
+	$(BIN)/pip install --quiet --no-deps torchrec==1.8.0 tensordict==0.15.3 pyvers==0.2.3 \
+		pyre-extensions==0.0.32 typing-inspect==0.9.0
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -18,16 +23,16 @@ demo: $(STAMP)
 	@echo "open out/report/report.html"
 
 check: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/mypy
 
 test: check
 	$(BIN)/pytest -q
 
 fmt: $(STAMP)
-	$(BIN)/ruff check --fix src tests benchmarks
-	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks examples
+	$(BIN)/ruff format src tests benchmarks examples
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/cluster_speed.py

@@ -113,14 +113,82 @@ def _print_profile(s: dict[str, Any]) -> None:
 
 
 @command(
-    app, "analyze", writes="analysis.json"
+    app, "analyze", writes="summary.json (--traces) or analysis.json (--run)"
 )  # fmt: skip
 def analyze_cmd(
     settings: Settings,
-    run: Path = typer.Option(..., help="A run directory: spec.json and rank*.json traces."),
+    traces: list[Path] = typer.Option(
+        [],
+        help="torch.profiler (Kineto) trace files or directories, one file per rank "
+        "(.json or .json.gz; repeatable).",
+    ),
+    run: Path | None = typer.Option(
+        None, help="A recperf run directory (spec.json and rank*.json) instead of --traces."
+    ),
+    ranks_per_node: int | None = typer.Option(
+        None, min=1, help="Ranks per machine (default: the traces' host names, else one node)."
+    ),
+    skip_steps: int = typer.Option(0, min=0, help="Warm-up iterations to drop per rank."),
+    batch_size: int | None = typer.Option(
+        None, min=1, help="Samples per rank per iteration (for `stalls advise`)."
+    ),
+    param_bytes: int | None = typer.Option(
+        None, min=1, help="Model parameter bytes (for `stalls advise`'s memory check)."
+    ),
 ) -> None:
-    """Direct breakdown of one run's traces (e.g. a run launched with torchrun:
-    torchrun --nproc-per-node N -m recperf.stalls.rank RUN/spec.json)."""
+    """Stall breakdown of any torch.profiler trace (ProfilerStep#N iterations, DataLoader
+    waits, gloo or NCCL collectives), per rank and iteration; or, with --run, of one recperf
+    run's traces (e.g. launched with torchrun -m recperf.stalls.rank RUN/spec.json)."""
+    if run is not None:
+        if traces:
+            raise ConfigError("--run and --traces: give one of them")
+        _analyze_run(settings, run)
+        return
+    if not traces:
+        raise ConfigError("--traces: required (trace files or directories), or --run DIR")
+    from recperf.stalls.kineto import analyze_paths, find_traces
+
+    paths = find_traces(traces)
+    summary = analyze_paths(paths, ranks_per_node=ranks_per_node, skip_steps=skip_steps)
+    summary["batch_size"] = batch_size
+    summary["param_bytes"] = param_bytes
+    settings.emit(summary)
+    _print_analysis(summary)
+    if settings.out is not None:
+        err_console.print(f"summary written to {settings.out / 'summary.json'}")
+
+
+ANALYZE_MS = ("iteration", "data_wait", "compute", "exposed_comm", "overlapped_comm")
+
+
+def _print_analysis(s: dict[str, Any]) -> None:
+    def row(r: dict[str, Any], rank: Any, iterations: int) -> dict[str, Any]:
+        ms = {f"{k}_ms": r[f"{k}_s"] * 1e3 if r.get(f"{k}_s") is not None else None
+              for k in ANALYZE_MS}  # fmt: skip
+        mb = r["comm_bytes"] / 1e6 if r.get("comm_bytes") is not None else None
+        return {"rank": rank, **ms, "comm_mb": mb, "iterations": iterations}
+
+    rows = [row(r, r["rank"], r["iterations"]) for r in s["per_rank"]]
+    rows.append(row(s, "mean", s["iters"]))
+    where = f"{s['ranks']} of {s['world_size']} rank(s), {s['nodes']} node(s), {s['device']}"
+    columns = ["rank", *(f"{k}_ms" for k in ANALYZE_MS), "comm_mb", "iterations"]
+    print_table(f"traces: {where}, per iteration", rows, columns)
+    stall = "network" if s["nodes"] > 1 else "interconnect"
+    err_console.print(
+        f"exposed communication counted as {stall} stall: {s['method'][stall + '_stall_s']}",
+        highlight=False,
+    )
+    slow = s["slowest_rank"]
+    if slow is not None:
+        err_console.print(
+            f"slowest rank: {slow['rank']} (median {slow['iteration_median_s'] * 1e3:.2f} ms per "
+            f"iteration, {slow['margin_s'] * 1e3:+.2f} ms = {slow['margin_frac']:+.1%} over "
+            "the others' median)",
+            highlight=False,
+        )
+
+
+def _analyze_run(settings: Settings, run: Path) -> None:
     from recperf.stalls import analysis
     from recperf.stalls.spec import RunSpec
 
@@ -225,7 +293,16 @@ def advise_cmd(
     settings: Settings,
     profile: Path = typer.Option(..., help="A profile directory (or its summary.json)."),
     budget_h: float = typer.Option(..., help="Time budget for all epochs, hours."),
-    catalog: Path | None = typer.Option(None, help="Instance CSV (default: bundled AWS)."),
+    catalog: Path | None = typer.Option(
+        None, help="Instance CSV: recperf's columns or a SkyPilot vms.csv (default: bundled AWS)."
+    ),
+    region: str | None = typer.Option(
+        None, help="SkyPilot catalog: only this region's prices (default: cheapest anywhere)."
+    ),
+    spot: bool = typer.Option(False, "--spot", help="SkyPilot catalog: SpotPrice, not Price."),
+    links: Path | None = typer.Option(
+        None, help="SkyPilot catalog: bandwidth CSV per instance type (default: bundled AWS)."
+    ),
     gpus: Path | None = typer.Option(None, help="GPU datasheet CSV (default: bundled)."),
     model: Path | None = typer.Option(None, help="Fitted communication model JSON."),
     epoch_samples: int | None = typer.Option(
@@ -239,7 +316,7 @@ def advise_cmd(
     """Predict time and cost of every instance type and count; recommend the cheapest that
     meets the budget and plot the time-cost Pareto frontier."""
     from recperf.stalls.advisor import AdvisorConfig, advise, write_pareto_html
-    from recperf.stalls.catalog import load_gpu_models, load_instances
+    from recperf.stalls.catalog import load_catalog, load_gpu_models
     from recperf.stalls.commmodel import CommModel
 
     summary = _summary_file(profile)
@@ -258,15 +335,20 @@ def advise_cmd(
         efficiency=efficiency,
         precision=precision,
     )
+    gpu_models = load_gpu_models(gpus)
+    cat = load_catalog(catalog, gpu_models, region=region, spot=spot, links=links)
     advice = advise(
         summary,
         config,
-        instances=load_instances(catalog),
-        gpu_models=load_gpu_models(gpus),
+        instances=cat.instances,
+        gpu_models=gpu_models,
+        notes=cat.notes,
         model=CommModel.load(model) if model else None,
     )
     out_dir = settings.out or (profile if profile.is_dir() else profile.parent)
     data = advice.to_json()
+    if cat.report is not None:
+        data["catalog"] = cat.report
     write_pareto_html(advice, out_dir / "pareto.html")
     settings.replace_out(out_dir).emit(data, "advice.json")
     print_table("time-cost Pareto frontier", data["pareto"], PARETO_COLUMNS)
@@ -279,11 +361,14 @@ def advise_cmd(
             highlight=False,
         )
     else:
+        where = f" in {cat.report['used'][rec['instance']]}" if cat.report is not None else ""
         err_console.print(
-            f"recommended: {rec['instance']} x {rec['count']}: {rec['total_h']:.2f} h, "
+            f"recommended: {rec['instance']} x {rec['count']}{where}: {rec['total_h']:.2f} h, "
             f"${rec['cost_usd']:,.2f}",
             highlight=False,
         )
+    for note in cat.notes:
+        err_console.print(f"note: {note}", highlight=False, markup=False)
     err_console.print(f"advice in {out_dir / 'advice.json'}, plot in {out_dir / 'pareto.html'}")
 
 
@@ -298,3 +383,7 @@ def cleanup_cmd() -> None:
         err_console.print(f"nothing to clean: {why}")
         return
     err_console.print(f"removed {netem.cleanup()} namespace(s) and link(s)")
+
+
+import recperf.cli.stalls_export  # noqa: E402, F401  (registers `stalls export` on app)
+from recperf.cli import stalls_launch  # noqa: E402, F401  (registers `stalls launch` on app)

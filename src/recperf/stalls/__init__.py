@@ -2,7 +2,8 @@
 emulated machines, the all-reduce model and the cloud cost advisor.
 
 ``Profiler``, ``WORKLOADS``, ``Workload``, ``check_workload``, ``ProfileConfig`` and ``profile``
-are imported lazily (they pull in torch).
+are imported lazily (they pull in torch), as are ``trace_dir`` and ``trace_path``: where a
+script run by ``recperf stalls launch`` writes its traces (``$RECPERF_TRACE_DIR``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ _LAZY = {
     "check_workload": "recperf.stalls.base",
     "ProfileConfig": "recperf.stalls.profile",
     "profile": "recperf.stalls.profile",
+    "trace_dir": "recperf.stalls.launch",
+    "trace_path": "recperf.stalls.launch",
 }
 __all__ = sorted(_LAZY)
 

@@ -131,11 +131,26 @@ def leftovers(tag: str = PREFIX) -> tuple[list[str], list[str]]:
     return [n for n in namespaces if mine.match(n)], [x for x in links if mine.match(x)]
 
 
+def _live_tags(namespaces: Sequence[str]) -> set[str]:
+    """Tags of the networks a process still runs in: a live run's, not a killed one's."""
+    tags = set()
+    for ns in namespaces:
+        if _run(["ip", "netns", "pids", ns], check=False).stdout.strip():
+            m = re.match(r"^rp\d+x", ns)
+            tags.add(m.group(0) if m else ns)
+    return tags
+
+
 def cleanup(tag: str = PREFIX) -> int:
-    """Delete every namespace and link under ``tag`` (default: every recperf one)."""
+    """Delete every namespace and link under ``tag``; by default every recperf one that no
+    process runs in any more (a killed run's, not the network of a run still going)."""
     if available() is not None:
         return 0
     namespaces, links = leftovers(tag)
+    if tag == PREFIX:
+        live = _live_tags(namespaces)
+        namespaces = [n for n in namespaces if not n.startswith(tuple(live))]
+        links = [x for x in links if not x.startswith(tuple(live))]
     for ns in namespaces:
         _run(["ip", "netns", "del", ns], check=False)
     for link in links:

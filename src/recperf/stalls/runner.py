@@ -5,6 +5,7 @@ rank traces. A failed or hung rank stops the whole run with its log's last lines
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,7 +13,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,11 @@ from recperf.stalls.spec import RunSpec
 
 class RunError(RecperfError):
     """A rank of a profiled run failed or timed out."""
+
+    def __init__(self, message: str, *, exit_codes: Sequence[int | None] = ()) -> None:
+        super().__init__(message)
+        self.exit_codes = list(exit_codes)
+        """Each rank's exit code when the run stopped (None: still running, then killed)."""
 
 
 def free_port() -> int:
@@ -55,23 +62,59 @@ def warm(paths: Sequence[Path]) -> int:
     return total
 
 
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Rendezvous:
+    """Where and how a run's ranks meet: the world's shape and rank 0's address."""
+
+    ranks: int
+    """World size."""
+    nodes: int
+    """Machines the ranks are spread over (ranks // nodes per machine, in rank order)."""
+    addr: str
+    """MASTER_ADDR: rank 0's address."""
+    port: int
+    """MASTER_PORT: the TCP store rank 0 hosts."""
+    ifname: str
+    """The network interface gloo and NCCL use (lo, or eth0 inside an emulated node)."""
+    threads: int
+    """OMP_NUM_THREADS of every rank."""
+    run_id: str = "recperf"
+    """TORCHELASTIC_RUN_ID."""
+
+
+def torchrun_env(rdzv: Rendezvous, rank: int) -> dict[str, str]:
+    """The variables ``torchrun`` sets for global rank ``rank`` (one static group of one role,
+    no restarts), so that ``init_process_group()`` with its ``env://`` default works unchanged;
+    rank 0 hosts the store (there is no elastic agent's store to join)."""
+    per_node = rdzv.ranks // rdzv.nodes
+    return {
+        "RANK": str(rank),
+        "WORLD_SIZE": str(rdzv.ranks),
+        "LOCAL_RANK": str(rank % per_node),
+        "LOCAL_WORLD_SIZE": str(per_node),
+        "GROUP_RANK": str(rank // per_node),
+        "GROUP_WORLD_SIZE": str(rdzv.nodes),
+        "ROLE_NAME": "default",
+        "ROLE_RANK": str(rank),
+        "ROLE_WORLD_SIZE": str(rdzv.ranks),
+        "MASTER_ADDR": rdzv.addr,
+        "MASTER_PORT": str(rdzv.port),
+        "TORCHELASTIC_RUN_ID": rdzv.run_id,
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_USE_AGENT_STORE": "False",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+        "GLOO_SOCKET_IFNAME": rdzv.ifname,
+        "NCCL_SOCKET_IFNAME": rdzv.ifname,
+        "OMP_NUM_THREADS": str(rdzv.threads),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
 def _rank_env(spec: RunSpec, rank: int, addr: str, port: int, ifname: str) -> dict[str, str]:
-    per_node = spec.ranks // spec.nodes
-    env = dict(os.environ)
-    env.update(
-        {
-            "RANK": str(rank),
-            "WORLD_SIZE": str(spec.ranks),
-            "LOCAL_RANK": str(rank % per_node),
-            "LOCAL_WORLD_SIZE": str(per_node),
-            "MASTER_ADDR": addr,
-            "MASTER_PORT": str(port),
-            "GLOO_SOCKET_IFNAME": ifname,
-            "OMP_NUM_THREADS": str(spec.threads),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    return env
+    rdzv = Rendezvous(ranks=spec.ranks, nodes=spec.nodes, addr=addr, port=port, ifname=ifname,
+                      threads=spec.threads, run_id=spec.name)  # fmt: skip
+    return {**os.environ, **torchrun_env(rdzv, rank)}
 
 
 def launch(
@@ -91,44 +134,70 @@ def launch(
         addr, port, ifname = net.nodes[0].address, 29500, "eth0"
     else:
         addr, port, ifname = "127.0.0.1", free_port(), "lo"
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
-    try:
-        for rank in range(spec.ranks):
-            cmd = [sys.executable, "-m", "recperf.stalls.rank", str(spec_path)]
-            if net is not None and spec.nodes > 1:
-                cmd = net.nodes[rank // per_node].command(cmd)
-            log = run_dir / f"rank{rank}.log"
-            with log.open("wb") as fh:
-                p = subprocess.Popen(
-                    cmd,
-                    env=_rank_env(spec, rank, addr, port, ifname),
-                    stdout=fh,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            procs.append((p, log))
-        _wait(spec, procs)
-    finally:
-        for p, _ in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+    commands, envs, logs = [], [], []
+    for rank in range(spec.ranks):
+        cmd = [sys.executable, "-m", "recperf.stalls.rank", str(spec_path)]
+        if net is not None and spec.nodes > 1:
+            cmd = net.nodes[rank // per_node].command(cmd)
+        commands.append(cmd)
+        envs.append(_rank_env(spec, rank, addr, port, ifname))
+        logs.append(run_dir / f"rank{rank}.log")
+    run_processes(f"run {spec.name}", commands, envs, logs, spec.timeout_s)
     return [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(spec.ranks)]
 
 
-def _wait(spec: RunSpec, procs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
-    deadline = time.monotonic() + spec.timeout_s
+def run_processes(
+    what: str,
+    commands: Sequence[Sequence[str]],
+    envs: Sequence[Mapping[str, str]],
+    logs: Sequence[Path],
+    timeout_s: float,
+) -> list[int]:
+    """Run one process per command (its own session, stdout and stderr to its log) and wait
+    for all; return their exit codes (all 0). A process that fails, or the time limit, raises
+    RunError naming ``what`` (with the failed one's last log lines); every process group still
+    running is killed on the way out, also on Ctrl-C or SIGTERM (which the CLI raises as
+    KeyboardInterrupt)."""
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for cmd, env, log in zip(commands, envs, logs, strict=True):
+            with log.open("wb") as fh:
+                try:
+                    p = subprocess.Popen(
+                        list(cmd),
+                        env=dict(env),
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                except OSError as exc:
+                    raise RunError(f"{what}: cannot start {cmd[0]!r}: {exc.strerror}") from None
+            procs.append((p, log))
+        return _wait(what, procs, timeout_s)
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def _wait(
+    what: str, procs: list[tuple[subprocess.Popen[bytes], Path]], timeout_s: float
+) -> list[int]:
+    deadline = time.monotonic() + timeout_s
     while True:
         codes = [p.poll() for p, _ in procs]
         for rank, code in enumerate(codes):
             if code not in (None, 0):
                 raise RunError(
-                    f"run {spec.name}: rank {rank} exited with {code}: {_tail(procs[rank][1])}"
+                    f"{what}: rank {rank} exited with {code}: {_tail(procs[rank][1])}",
+                    exit_codes=codes,
                 )
         if all(c == 0 for c in codes):
-            return
+            return [0] * len(codes)
         if time.monotonic() > deadline:
-            raise RunError(f"run {spec.name}: timed out after {spec.timeout_s:.0f} s")
+            raise RunError(f"{what}: timed out after {timeout_s:.0f} s", exit_codes=codes)
         time.sleep(0.05)
 
 

@@ -1,0 +1,313 @@
+"""``launch``: run the user's own training command as N rank processes with the environment
+``torchrun`` sets, on one machine or on emulated ones, collect the traces it writes where
+``RECPERF_TRACE_DIR`` says, and analyse them. With nodes > 1 the command runs twice, at one
+node and at M, so the network stall comes both by difference and directly from the traces.
+
+A script finds its trace directory with ``trace_dir()`` / ``trace_path()`` or by reading the
+variable itself, and writes there with torch.profiler's ``tensorboard_trace_handler(dir)`` or
+``export_chrome_trace``, or with ``recperf.stalls.Profiler.write_trace``."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from recperf.core.config import check_range
+from recperf.core.errors import ConfigError
+from recperf.core.results import write_json
+from recperf.stalls import netem, runner
+
+TRACE_DIR_ENV = "RECPERF_TRACE_DIR"
+"""The variable naming the directory each rank writes its trace into."""
+FIGURES = (
+    "compute_s",
+    "data_fetch_stall_s",
+    "data_prep_stall_s",
+    "interconnect_stall_s",
+    "network_stall_s",
+)
+Progress = Callable[[float, str], None]
+
+
+def trace_dir() -> Path | None:
+    """The directory ``recperf stalls launch`` asks this rank to write traces into (None when
+    the script runs without it)."""
+    value = os.environ.get(TRACE_DIR_ENV)
+    return Path(value) if value else None
+
+
+def trace_path(rank: int | None = None) -> Path | None:
+    """``rank{R}.json`` in ``trace_dir()`` (rank from ``RANK`` by default), None without it."""
+    directory = trace_dir()
+    if directory is None:
+        return None
+    return directory / f"rank{int(os.environ.get('RANK', 0)) if rank is None else rank}.json"
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class LaunchConfig:
+    """What to run and on what emulated topology."""
+
+    command: tuple[str, ...] = ()
+    """The training command and its arguments, run once per rank (required)."""
+    ranks: int = 2
+    """Rank processes (>= 1)."""
+    nodes: int = 1
+    """Emulated machines (1..ranks, dividing ranks); > 1 also runs at 1 node for the difference."""
+    bandwidth: str = "1gbit"
+    """Link bandwidth of each emulated machine."""
+    threads: int | None = None
+    """OMP_NUM_THREADS per rank (default: $OMP_NUM_THREADS as torchrun keeps it, else this
+    machine's cores / ranks, at least 1)."""
+    timeout_s: float = 600.0
+    """Time limit of each run."""
+    skip_steps: int = 0
+    """Traced steps to leave out of the analysis at the start of each trace (>= 0)."""
+
+    def __post_init__(self) -> None:
+        if not self.command or not all(isinstance(a, str) for a in self.command):
+            raise ConfigError(
+                "command: give the training command after --, e.g. -- python train.py --steps 20"
+            )
+        check_range("ranks", self.ranks, 1, None)
+        check_range("nodes", self.nodes, 1, self.ranks)
+        if self.ranks % self.nodes:
+            raise ConfigError(f"ranks = {self.ranks}: must be a multiple of nodes = {self.nodes}")
+        netem.parse_bandwidth(self.bandwidth)
+        if self.threads is not None:
+            check_range("threads", self.threads, 1, None)
+        check_range("timeout_s", self.timeout_s, 0.0, None, lo_open=True)
+        check_range("skip_steps", self.skip_steps, 0, None)
+
+    @property
+    def threads_per_rank(self) -> int:
+        """Every emulated machine shares this one's cores, so the fair share is cores / ranks,
+        the same in the 1-node and the M-node run (their difference must not be compute)."""
+        env = os.environ.get("OMP_NUM_THREADS", "")
+        if self.threads is None and env.isdigit() and int(env) > 0:
+            return int(env)
+        return self.threads or max(1, (os.cpu_count() or 1) // self.ranks)
+
+
+def resolve_command(command: Sequence[str]) -> list[str]:
+    """``command`` with its program as an absolute path (namespaces exec it by path)."""
+    program = shutil.which(command[0])
+    if program is None:
+        raise ConfigError(f"command {command[0]!r}: not found (not a file, nor on PATH)")
+    return [os.path.abspath(program), *command[1:]]  # not resolved: a venv's python is a link
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs ranks may use: $CUDA_VISIBLE_DEVICES, else the NVIDIA driver's list."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return [g for g in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if g.strip()]
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return [str(i) for i in range(len(list(gpus.iterdir())))] if gpus.is_dir() else []
+
+
+def rank_env(
+    rdzv: runner.Rendezvous, rank: int, run_dir: Path, host_id: str | None
+) -> dict[str, str]:
+    """This environment plus torchrun's variables for ``rank``, ``RECPERF_TRACE_DIR`` and
+    torchrun's per-rank error file (where ``@record`` puts an uncaught exception). On an
+    emulated machine (``host_id``) NCCL gets that machine's NCCL_HOSTID, so its ranks count as
+    another host's and talk through the emulated network, not through shared memory; and with
+    a GPU per rank, the machine sees only its own (LOCAL_RANK counts from 0 on each)."""
+    env = {
+        **os.environ,
+        **runner.torchrun_env(rdzv, rank),
+        TRACE_DIR_ENV: str(run_dir / "traces"),
+        "TORCHELASTIC_ERROR_FILE": str(run_dir / f"rank{rank}.error.json"),
+    }
+    if host_id is not None:
+        env["NCCL_HOSTID"] = host_id
+        gpus, per_node = visible_gpus(), rdzv.ranks // rdzv.nodes
+        if len(gpus) >= rdzv.ranks:
+            node = rank // per_node
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus[node * per_node : (node + 1) * per_node])
+    return env
+
+
+def run_once(
+    config: LaunchConfig, run_dir: Path, net: netem.EmulatedNetwork | None
+) -> dict[str, Any]:
+    """Run the command once (on ``net``'s machines, else all on loopback), then analyse the
+    traces it wrote; return that analysis plus how the run went (also in ``exit.json``)."""
+    nodes = len(net.nodes) if net is not None else 1
+    run_dir = run_dir.resolve()
+    traces = run_dir / "traces"
+    shutil.rmtree(traces, ignore_errors=True)
+    traces.mkdir(parents=True)
+    for old in run_dir.glob("rank*.error.json"):
+        old.unlink()
+    cmd = resolve_command(config.command)
+    if net is not None:
+        addr, port, ifname = net.nodes[0].address, 29500, "eth0"
+    else:
+        addr, port, ifname = "127.0.0.1", runner.free_port(), "lo"
+    rdzv = runner.Rendezvous(
+        ranks=config.ranks,
+        nodes=nodes,
+        addr=addr,
+        port=port,
+        ifname=ifname,
+        threads=config.threads_per_rank,
+        run_id=f"recperf-{run_dir.name}",
+    )
+    per_node = config.ranks // nodes
+    machines = [net.nodes[r // per_node] if net is not None else None for r in range(config.ranks)]
+    commands = [m.command(cmd) if m is not None else cmd for m in machines]
+    envs = [
+        rank_env(rdzv, r, run_dir, m.namespace if m is not None else None)
+        for r, m in enumerate(machines)
+    ]
+    logs = [run_dir / f"rank{r}.log" for r in range(config.ranks)]
+    record: dict[str, Any] = {
+        "name": run_dir.name,
+        "nodes": nodes,
+        "command": cmd,
+        "cwd": os.getcwd(),
+        "ranks": config.ranks,
+    }
+    t0 = time.perf_counter()
+    try:
+        codes = runner.run_processes(f"run {run_dir.name}", commands, envs, logs, config.timeout_s)
+    except runner.RunError as exc:
+        write_json(
+            run_dir / "exit.json", {**record, "exit_codes": exc.exit_codes, "error": str(exc)}
+        )
+        raise
+    record |= {"exit_codes": codes, "wall_s": time.perf_counter() - t0}
+    write_json(run_dir / "exit.json", record)
+    if not any(traces.iterdir()):
+        raise ConfigError(
+            f"run {run_dir.name}: the command wrote no trace into {TRACE_DIR_ENV}={traces} "
+            "(write one per rank there, e.g. with torch.profiler's tensorboard_trace_handler)"
+        )
+    from recperf.stalls import kineto  # after the run: pandas and torch are not needed before
+
+    paths = kineto.find_traces([traces])
+    analysis = kineto.analyze_paths(paths, ranks_per_node=per_node, skip_steps=config.skip_steps)
+    record["traces"] = [str(p.relative_to(run_dir)) for p in paths]
+    write_json(run_dir / "analysis.json", analysis)
+    return {**analysis, "run": record}
+
+
+def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Run the command at 1 node (and at ``config.nodes`` when > 1), analyse, write
+    ``out/summary.json`` (each run's traces, logs, exit codes and analysis under
+    ``out/runs/``); return the summary."""
+    resolve_command(config.command)  # a missing program fails before any work
+    skipped: dict[str, str] = {}
+    nodes = config.nodes
+    why = netem.available() if nodes > 1 else None
+    if why:
+        skipped["network"] = f"{why}; ran at one node only"
+        nodes = 1
+    plan = [("local", 1)] + ([("network", nodes)] if nodes > 1 else [])
+    results: dict[str, dict[str, Any]] = {}
+    with _network(nodes, config.bandwidth) as net:
+        for i, (name, m) in enumerate(plan):
+            if progress is not None:
+                progress(i / len(plan), f"run {name}: {config.ranks} rank(s) on {m} node(s)")
+            results[name] = run_once(config, out / "runs" / name, net if m > 1 else None)
+    if progress is not None:
+        progress(1.0, "analysed")
+    summary = combine(config, results, skipped)
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+@contextlib.contextmanager
+def _network(nodes: int, bandwidth: str) -> Iterator[netem.EmulatedNetwork | None]:
+    if nodes < 2:
+        yield None
+        return
+    with netem.EmulatedNetwork(nodes, bandwidth) as net:
+        yield net
+
+
+def exposed_comm_s(analysis: Mapping[str, Any]) -> float:
+    """Communication nothing overlapped, per iteration: the interconnect and network stalls
+    the trace analysis found (at one node, all of it is interconnect)."""
+    return float(analysis["interconnect_stall_s"]) + float(analysis["network_stall_s"])
+
+
+def combine(
+    config: LaunchConfig, results: Mapping[str, Mapping[str, Any]], skipped: Mapping[str, str]
+) -> dict[str, Any]:
+    """The summary: the top run's figures (the M-node one when it ran), with the network stall
+    by difference of the two runs and directly, cross-checked, in ``profile``'s shape."""
+    local = results["local"]
+    top = results.get("network", local)
+    figures = {k: float(top[k]) for k in ("iteration_s", *FIGURES)}
+    method = {k: str(v) for k, v in top.get("method", {}).items()}
+    direct = dict(top.get("direct", {}))
+    cross: dict[str, dict[str, float]] = {}
+    if "network" in results:
+        diff = max(0.0, top["iteration_s"] - local["iteration_s"])
+        dirc = max(0.0, exposed_comm_s(top) - exposed_comm_s(local))
+        figures |= {
+            "compute_s": float(local["compute_s"]),
+            "interconnect_stall_s": exposed_comm_s(local),
+            "network_stall_s": diff,
+        }
+        method |= {
+            "compute_s": "direct: run 'local' (all ranks on one node), iteration less data "
+            "wait and exposed communication",
+            "interconnect_stall_s": "direct: exposed communication in run 'local'",
+            "network_stall_s": f"differential: run 'network' ({top['run']['nodes']} nodes) - "
+            "run 'local' (1 node), iteration time",
+        }
+        direct |= {
+            "network_stall_s": dirc,
+            "local_exposed_comm_s": exposed_comm_s(local),
+            "network_exposed_comm_s": exposed_comm_s(top),
+        }
+        cross["network_stall_s"] = {
+            "differential_s": diff,
+            "direct_s": dirc,
+            "rel_diff": abs(diff - dirc) / max(diff, dirc, 1e-12),
+        }
+    it = figures["iteration_s"]
+    stalls = sum(figures[k] for k in FIGURES[1:])
+    summary = {k: v for k, v in top.items() if k != "run"}  # the trace analysis' other keys
+    summary.update(
+        {
+            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            "source": "launch",
+            "command": list(config.command),
+            "cwd": top["run"]["cwd"],
+            "ranks": config.ranks,
+            "nodes": top["run"]["nodes"],
+            "bandwidth": config.bandwidth if "network" in results else None,
+            "bandwidth_bits_per_s": netem.parse_bandwidth(config.bandwidth)
+            if "network" in results
+            else None,
+            "threads_per_rank": config.threads_per_rank,
+            **figures,
+            **{
+                k.removesuffix("_s") + "_frac": (v / it if it > 0 else math.nan)
+                for k, v in figures.items()
+                if k != "iteration_s"
+            },
+            "unexplained_s": it - figures["compute_s"] - stalls,
+            "method": method,
+            "direct": direct,
+            "cross_check": cross,
+            "skipped": dict(skipped),
+            "runs": [
+                dict(r["run"]) | {k: r.get(k) for k in ("iteration_s", *FIGURES)}
+                for r in results.values()
+            ],
+        }
+    )
+    return summary
