@@ -28,6 +28,8 @@ from recperf.embed.bench import bench
 from recperf.embed.model import config
 from recperf.report.embed_compiled import compile_for_gpu, compiled_html
 from recperf.report.embed_l2 import l2_html, model_for_report
+from recperf.report.embed_peers import load_bundled as load_cpu_peers
+from recperf.report.embed_peers import peers_html
 from recperf.report.section import (
     LAYOUT,
     MonotoneProgress,
@@ -89,7 +91,10 @@ def embed_section(*, quick: bool = False, progress: ProgressFn | None = None) ->
     compiled = compile_for_gpu(quick)
     gpu = load_gpu_results()
     model = model_for_report(quick, gpu)
-    section = section_from_results(localities, cpu, gpu, date.today().isoformat(), compiled, model)
+    peers = load_cpu_peers()
+    section = section_from_results(
+        localities, cpu, gpu, date.today().isoformat(), compiled, model, peers
+    )
     report(1.0)
     return section
 
@@ -164,10 +169,12 @@ def section_from_results(
     today: str,
     compiled: Mapping[str, Any] | None = None,
     model: Mapping[str, Any] | None = None,
+    peers: Mapping[str, Any] | None = None,
 ) -> Section:
     """The section for measured localities, CPU bench results (``BenchResult`` JSON), the GPU
     benchmark's JSON (or None), the date of the CPU run, ``recperf embed compile``'s JSON (or
-    ``{"error": ...}``, or None to leave it out) and the L2 model's (``embed_l2``; None: out)."""
+    ``{"error": ...}``, or None to leave it out), the L2 model's (``embed_l2``; None: out) and the
+    bundled CPU peers benchmark's (``embed_peers``; None: out)."""
     device = str(cpu_runs[0]["device"]) if cpu_runs else "cpu"
     cpu_label = f"{device}, {today}"
     data = {
@@ -176,6 +183,7 @@ def section_from_results(
         "gpu": None if gpu is None else dict(gpu),
         "compiled": None if compiled is None else dict(compiled),
         "l2model": None if model is None else dict(model),
+        "cpu_peers": None if peers is None else dict(peers),
     }
     body = (
         f"<p>{html.escape(_intro_text())}</p>"
@@ -186,6 +194,7 @@ def section_from_results(
         + "</div>"
         + f"<p>{html.escape(_cpu_text(cpu_label, gpu is None))}</p>"
         + _bench_html(f"{KEY}-cpu", cpu_runs, cpu_label, _cpu_note(gpu is None))
+        + peers_html(peers)
         + ("" if gpu is None else _gpu_html(gpu))
         + ("" if model is None else l2_html(model))
         + ("" if compiled is None else compiled_html(compiled))
