@@ -108,3 +108,7 @@ def _interrupted() -> NoReturn:
         sys.stderr.write("interrupted\n" if signum == signal.SIGINT else "interrupted (SIGTERM)\n")
         sys.stderr.flush()
     raise SystemExit(128 + signum)
+
+
+if __name__ == "__main__":
+    main()

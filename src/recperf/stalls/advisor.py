@@ -116,10 +116,16 @@ class ProfileSummary:
         return self.backward_s / self.compute_s if self.compute_s > 0 else BACKWARD_FRACTION
 
 
+ANALYZE_FLAGS = {"batch_size": "--batch-size", "param_bytes": "--param-bytes"}
+"""The summary fields ``stalls analyze`` takes from flags, named when a summary lacks them."""
+
+
 def _key(summary: Mapping[str, Any], key: str, integer: bool, default: Any = None) -> Any:
     if key not in summary or summary[key] is None:
         if default is None:
-            raise ConfigError(f"profile summary: {key!r} missing")
+            hint = ANALYZE_FLAGS.get(key)
+            hint = f" (a trace cannot give it: run stalls analyze with {hint})" if hint else ""
+            raise ConfigError(f"profile summary: {key!r} missing{hint}")
         return default
     value = summary[key]
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
