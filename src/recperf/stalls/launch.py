@@ -9,12 +9,11 @@ variable itself, and writes there with torch.profiler's ``tensorboard_trace_hand
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -214,7 +213,7 @@ def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) ->
         nodes = 1
     plan = [("local", 1)] + ([("network", nodes)] if nodes > 1 else [])
     results: dict[str, dict[str, Any]] = {}
-    with _network(nodes, config.bandwidth) as net:
+    with netem.machines(nodes, config.bandwidth) as net:
         for i, (name, m) in enumerate(plan):
             if progress is not None:
                 progress(i / len(plan), f"run {name}: {config.ranks} rank(s) on {m} node(s)")
@@ -224,15 +223,6 @@ def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) ->
     summary = combine(config, results, skipped)
     write_json(out / "summary.json", summary)
     return summary
-
-
-@contextlib.contextmanager
-def _network(nodes: int, bandwidth: str) -> Iterator[netem.EmulatedNetwork | None]:
-    if nodes < 2:
-        yield None
-        return
-    with netem.EmulatedNetwork(nodes, bandwidth) as net:
-        yield net
 
 
 def exposed_comm_s(analysis: Mapping[str, Any]) -> float:

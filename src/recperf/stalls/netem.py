@@ -5,11 +5,12 @@ pairs, each node's uplink shaped to a bandwidth with ``tc`` (tbf). Every name ca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from recperf.core.config import check_range
@@ -156,3 +157,14 @@ def cleanup(tag: str = PREFIX) -> int:
     for link in links:
         _run(["ip", "link", "del", link], check=False)
     return len(namespaces) + len(links)
+
+
+@contextlib.contextmanager
+def machines(nodes: int, bandwidth: str) -> Iterator[EmulatedNetwork | None]:
+    """``nodes`` emulated machines for the duration of the block, or None for one machine (the
+    ranks then talk over loopback and nothing needs root)."""
+    if nodes < 2:
+        yield None
+        return
+    with EmulatedNetwork(nodes, bandwidth) as net:
+        yield net

@@ -4,11 +4,10 @@ and logs under ``runs/``)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -168,7 +167,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
     stats: dict[str, analysis.RunStats] = {}
     torch_figs: dict[str, dict[str, float]] = {}
     samples = []
-    with _network(nodes, config.bandwidth) as net:
+    with netem.machines(nodes, config.bandwidth) as net:
         for i, spec in enumerate(runs):
             if progress is not None:
                 progress(i / len(runs), f"run {spec.name} ({i + 1}/{len(runs)})")
@@ -196,15 +195,6 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
         )
     write_json(out / "summary.json", summary)
     return summary
-
-
-@contextlib.contextmanager
-def _network(nodes: int, bandwidth: str) -> Iterator[netem.EmulatedNetwork | None]:
-    if nodes < 2:
-        yield None
-        return
-    with netem.EmulatedNetwork(nodes, bandwidth) as net:
-        yield net
 
 
 def _summary(
