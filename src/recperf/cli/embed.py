@@ -65,8 +65,9 @@ def check_cmd(
     variants: str | None = typer.Option(None, help="Comma-separated kernels (default: all)."),
     seed: int = typer.Option(0, help="Seed of the random shapes."),
 ) -> None:
-    """Run every kernel against the torch reference on random shapes on this device (on the CPU
-    the Triton kernels need TRITON_INTERPRET=1 and are skipped without it)."""
+    """Run every kernel against the torch reference on random shapes on this device.
+
+    On the CPU the Triton kernels need TRITON_INTERPRET=1 and are skipped without it."""
     import os
 
     from recperf.core.errors import RecperfError
@@ -173,8 +174,9 @@ def compile_cmd(
     bags: str = typer.Option("1,2", help="Comma-separated bags per program."),
     prefetch: str = typer.Option("0,1,2", help="Comma-separated prefetch distances (0: none)."),
 ) -> None:
-    """Compile the table-batched Triton kernel for a GPU architecture without a GPU and show each
-    launch shape's registers, spills, shared memory and theoretical occupancy."""
+    """Compile the table-batched Triton kernel for a GPU architecture, without a GPU.
+
+    Shows each launch shape's registers, spills, shared memory and theoretical occupancy."""
     import os
 
     import torch

@@ -45,8 +45,10 @@ def predict_cmd(
         "shares of the persisting-L2 maximum, e.g. 0.125,0.25,0.5,1.",
     ),
 ) -> None:
-    """Predict, with a trace-driven L2 model (not a measurement), each kernel variant's L2 hit
-    rate, DRAM bytes per batch and a lower bound on its time on a GPU described by a spec."""
+    """Predict each kernel's L2 hit rate with a trace-driven model (not a measurement).
+
+    For each kernel variant: the L2 hit rate, DRAM bytes per batch and a lower bound on its time
+    on a GPU described by a spec."""
     from recperf.core.progress import progress_from_first_update
     from recperf.embed import gpus, l2model
     from recperf.embed.bench import bench_trace

@@ -71,8 +71,9 @@ def profile_cmd(
         [], help="KEY=VALUE: alias of --set WORKLOAD.KEY=VALUE (repeatable)."
     ),
 ) -> None:
-    """Split training time into compute and stalls by differential runs, cross-checked by
-    direct instrumentation (data wait, DDP all-reduce hook)."""
+    """Split training time into compute and stalls by differential runs.
+
+    Cross-checked by direct instrumentation (data wait, DDP all-reduce hook)."""
     from recperf.stalls.base import WORKLOADS
     from recperf.stalls.profile import ProfileConfig, profile
 
@@ -136,9 +137,11 @@ def analyze_cmd(
         None, min=1, help="Model parameter bytes (for `stalls advise`'s memory check)."
     ),
 ) -> None:
-    """Stall breakdown of any torch.profiler trace (ProfilerStep#N iterations, DataLoader
-    waits, gloo or NCCL collectives), per rank and iteration; or, with --run, of one recperf
-    run's traces (e.g. launched with torchrun -m recperf.stalls.rank RUN/spec.json)."""
+    """Stall breakdown of any torch.profiler traces, per rank and iteration.
+
+    Reads ProfilerStep#N iterations, DataLoader waits, and gloo or NCCL collectives; or, with
+    --run, one recperf run's traces (e.g. launched with torchrun -m recperf.stalls.rank
+    RUN/spec.json)."""
     if run is not None:
         if traces:
             raise ConfigError("--run and --traces: give one of them")
@@ -313,8 +316,10 @@ def advise_cmd(
     efficiency: float = typer.Option(0.4, help="Fraction of datasheet peak FLOPs achieved."),
     precision: str = typer.Option("fp32", help="fp32 or fp16 (tensor cores)."),
 ) -> None:
-    """Predict time and cost of every instance type and count; recommend the cheapest that
-    meets the budget and plot the time-cost Pareto frontier."""
+    """Recommend the cheapest cloud setup that meets the time budget.
+
+    Predicts time and cost of every instance type and count and plots the time-cost Pareto
+    frontier."""
     from recperf.stalls.advisor import AdvisorConfig, advise, write_pareto_html
     from recperf.stalls.catalog import load_catalog, load_gpu_models
     from recperf.stalls.commmodel import CommModel

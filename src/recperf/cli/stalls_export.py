@@ -26,9 +26,11 @@ def export_cmd(
     run: str | None = typer.Option(None, help="Run under PROFILE/runs (default: network, intra)."),
     prefix: str = typer.Option("recperf", help="File name prefix (files PREFIX.RANK.et)."),
 ) -> None:
-    """Write a profile's communicating run as Chakra execution traces: per rank the timed
-    iterations' forward, backward (cut at each gradient bucket's launch) and optimizer compute
-    nodes and one ALL_REDUCE node per bucket, with measured durations, bytes and dependencies."""
+    """Write a profile's communicating run as Chakra execution traces, one per rank.
+
+    Each holds the timed iterations' forward, backward (cut at each gradient bucket's launch)
+    and optimizer compute nodes and one ALL_REDUCE node per bucket, with measured durations,
+    bytes and dependencies."""
     from recperf.stalls.chakra import ExportConfig, export_chakra
 
     if not chakra:

@@ -43,10 +43,12 @@ def launch_cmd(
         show_default=False,
     ),
 ) -> None:
-    """Run your own training script as N ranks (torchrun's environment), on emulated machines
-    with --nodes, and split its time into compute, data and communication stalls from its
-    torch.profiler traces; with --nodes > 1 the network stall comes by difference with a
-    1-node run and directly from the traces, cross-checked."""
+    """Run your own training script as N ranks and break its time down from its traces.
+
+    Each rank gets torchrun's environment; with --nodes the ranks run on emulated machines.
+    Compute, data and communication stalls come from the torch.profiler traces; with --nodes > 1
+    the network stall comes by difference with a 1-node run and directly from the traces,
+    cross-checked."""
     from recperf.stalls.launch import LaunchConfig, launch, resolve_command
 
     opts = settings.resolve(["launch"])["launch"]
