@@ -14,6 +14,7 @@ from recperf.cluster.base import TRACE_LOADERS
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster
 from recperf.cluster.traces.common import (
+    csv_errors,
     from_durations,
     integer,
     number,
@@ -44,10 +45,8 @@ class AlibabaGpuTrace:
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
         path, text = read_trace(source, "alibaba-gpu-2023/openb_pod_list_default-every4.csv")
         reader = csv.DictReader(io.StringIO(text, newline=""), skipinitialspace=True)
-        try:
+        with csv_errors(path, reader):
             return self._parse(path, reader, cluster)
-        except csv.Error as exc:  # a NUL byte, an overlong field ...
-            raise TraceFormatError(path, reader.line_num or None, None, f"bad CSV: {exc}") from None
 
     @staticmethod
     def _parse(path: Path, reader: csv.DictReader[str], cluster: Cluster) -> JobTable:

@@ -3,9 +3,11 @@ error naming it, parsing numeric, time and id fields, and building a job table f
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -198,6 +200,16 @@ def from_durations(
         grad_bytes=grad,
         **extra,
     )
+
+
+@contextlib.contextmanager
+def csv_errors(path: Path, reader: Any) -> Iterator[None]:
+    """A ``csv.Error`` (a NUL byte, an overlong field ...) inside the block, as one
+    TraceFormatError at the line ``reader`` (a csv reader) had reached."""
+    try:
+        yield
+    except csv.Error as exc:
+        raise TraceFormatError(path, reader.line_num or None, None, f"bad CSV: {exc}") from None
 
 
 def read_trace(source: Path | None, default: str) -> tuple[Path, str]:

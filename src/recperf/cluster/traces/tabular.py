@@ -18,6 +18,7 @@ from recperf.cluster.topology import Cluster
 from recperf.cluster.traces.common import (
     Line,
     arrival_times,
+    csv_errors,
     from_durations,
     number,
     read_trace,
@@ -89,7 +90,7 @@ def read_columns(path: Path, text: str, mapping: dict[str, str] | None) -> Colum
     """Read the mapped columns (every field trimmed of spaces). A mapped column the header lacks
     is one error listing the header's columns; so is a row too short to hold one."""
     reader = csv.reader(io.StringIO(text, newline=""))
-    try:
+    with csv_errors(path, reader):
         header = [h.strip() for h in next(reader, [])]
         if header:  # a byte-order mark, as spreadsheet programs write
             header[0] = header[0].removeprefix("\ufeff").strip()
@@ -114,8 +115,6 @@ def read_columns(path: Path, text: str, mapping: dict[str, str] | None) -> Colum
             for key, column in mapping.items():
                 cols.cells[key].append((line, row[index[column]].strip()))
         return cols
-    except csv.Error as exc:  # a NUL byte, an overlong field ...
-        raise TraceFormatError(path, reader.line_num or None, None, f"bad CSV: {exc}") from None
 
 
 def jobs_from_columns(

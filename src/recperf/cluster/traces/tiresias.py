@@ -13,7 +13,14 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.models import grad_bytes_for
 from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topology import Cluster
-from recperf.cluster.traces.common import integer, number, read_trace, seconds, unique_ids
+from recperf.cluster.traces.common import (
+    csv_errors,
+    integer,
+    number,
+    read_trace,
+    seconds,
+    unique_ids,
+)
 from recperf.core.errors import TraceFormatError
 
 REQUIRED = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration")
@@ -29,10 +36,8 @@ class TiresiasTrace:
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
         path, text = read_trace(source, "tiresias/trace-480.csv")
         reader = csv.DictReader(text.splitlines())
-        try:
+        with csv_errors(path, reader):
             return self._parse(path, reader, cluster)
-        except csv.Error as exc:  # a NUL byte, an overlong field ...
-            raise TraceFormatError(path, reader.line_num or None, None, f"bad CSV: {exc}") from None
 
     @staticmethod
     def _parse(path: Path, reader: csv.DictReader[str], cluster: Cluster) -> JobTable:
