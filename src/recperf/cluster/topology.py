@@ -225,18 +225,22 @@ class Cluster:
         return dataclasses.replace(self, **changes)
 
 
-def _philly(machines: int, name: str) -> Cluster:
-    # Philly machines had 8 GPUs (P100/V100 era) with 100 Gbit/s InfiniBand; racks of 8.
+def _philly_links(name: str, racks: int, machines_per_rack: int, over: float) -> Cluster:
+    # Philly machines had 8 GPUs (P100/V100 era) with 100 Gbit/s InfiniBand.
     return Cluster(
         name=name,
-        racks=machines // 8,
-        machines_per_rack=8,
+        racks=racks,
+        machines_per_rack=machines_per_rack,
         gpus_per_machine=8,
         machine_gbps=1200.0,
         rack_gbps=100.0,
         core_gbps=400.0,
-        oversubscription=2.0,
+        oversubscription=over,
     )
+
+
+def _philly(machines: int, name: str) -> Cluster:
+    return _philly_links(name, machines // 8, 8, 2.0)  # Philly's racks of 8 machines
 
 
 PRESETS: dict[str, Cluster] = {
@@ -290,51 +294,15 @@ PRESETS: dict[str, Cluster] = {
     # Microsoft ITP 2021 publishes no cluster sizes: 8-GPU machines (links as "philly"), sized so
     # the bundled file's GPU-hours over its span are about 0.3-0.45 of the GPUs and its largest
     # job fits: cluster01 (64-GPU jobs, 28 GPUs busy on average) on 64 GPUs ...
-    "itp-cluster01": Cluster(
-        name="itp-cluster01",
-        racks=2,
-        machines_per_rack=4,
-        gpus_per_machine=8,
-        machine_gbps=1200.0,
-        rack_gbps=100.0,
-        core_gbps=400.0,
-        oversubscription=2.0,
-    ),
+    "itp-cluster01": _philly_links("itp-cluster01", 2, 4, 2.0),
     # ... and cluster10 (16-GPU jobs, 5 GPUs busy on average) on 16.
-    "itp-cluster10": Cluster(
-        name="itp-cluster10",
-        racks=1,
-        machines_per_rack=2,
-        gpus_per_machine=8,
-        machine_gbps=1200.0,
-        rack_gbps=100.0,
-        core_gbps=400.0,
-        oversubscription=1.0,
-    ),
+    "itp-cluster10": _philly_links("itp-cluster10", 1, 2, 1.0),
     # Alibaba openb (every 4th pod of the default list): at most 8 GPUs a pod, 4 GPUs busy on
     # average and 20 at the peak, on two 8-GPU machines (G2 nodes have 8) with 100 Gbit/s links.
-    "openb-16": Cluster(
-        name="openb-16",
-        racks=1,
-        machines_per_rack=2,
-        gpus_per_machine=8,
-        machine_gbps=1200.0,
-        rack_gbps=100.0,
-        core_gbps=400.0,
-        oversubscription=1.0,
-    ),
+    "openb-16": _philly_links("openb-16", 1, 2, 1.0),
     # Philly raw subset (every 10th >=4-GPU job): 35 GPUs busy on average, jobs up to 32 GPUs,
     # on 64 of Philly's 8-GPU machines' GPUs (links as "philly").
-    "philly-raw-tenth": Cluster(
-        name="philly-raw-tenth",
-        racks=2,
-        machines_per_rack=4,
-        gpus_per_machine=8,
-        machine_gbps=1200.0,
-        rack_gbps=100.0,
-        core_gbps=400.0,
-        oversubscription=2.0,
-    ),
+    "philly-raw-tenth": _philly_links("philly-raw-tenth", 2, 4, 2.0),
 }
 
 
