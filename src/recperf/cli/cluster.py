@@ -193,7 +193,7 @@ def simulate_cmd(
     ),
 ) -> None:
     """Simulate one scheduler on a trace and write its results to --out."""
-    settings = settings.with_sets(f"{scheduler}.{pair}" for pair in opt or [])
+    settings = settings.with_sets((f"{scheduler}.{pair}" for pair in opt or []), "--opt")
     spec, _ = build_spec(
         settings, trace=trace, fmt=fmt, schedulers=[scheduler], placement=placement,
         cluster=cluster, seed=seed, jitter_s=jitter_s, drop_oversized=drop_oversized,
@@ -368,7 +368,7 @@ def sweep_cmd(
             f"--seeds {seeds}: {seed_count(seeds):,} seeds, above --max-runs {max_runs:,}"
         )
     formats = trace_scopes([split_trace(t)[0] for t in parse_names(traces, "--traces")], fmt)
-    opts = settings.with_sets(opt or []).resolve(["engine", *formats, placement, *names])
+    opts = settings.with_sets(opt or [], "--opt").resolve(["engine", *formats, placement, *names])
     for f in formats:
         TRACE_LOADERS.config(f, opts[f])
     if "congestion" in opts["engine"]:

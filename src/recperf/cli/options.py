@@ -20,7 +20,7 @@ from typing import Any, Literal
 import typer
 
 from recperf.cli.common import STDOUT, one_line_errors
-from recperf.core.config import load_toml, parse_sets
+from recperf.core.config import Options, load_toml, parse_sets
 from recperf.core.errors import ConfigError
 from recperf.core.results import dumps_json, write_json
 
@@ -68,6 +68,8 @@ class Settings:
     sets: tuple[str, ...] = ()
     """The raw --set pairs."""
     flags: Mapping[tuple[str, str], Any] = field(default_factory=dict)
+    aliases: tuple[tuple[str, str], ...] = ()
+    """(flag, SCOPE.KEY=VALUE) pairs that alias flags (``--opt``, ``--option``) stand for."""
     """Shortcut flags given: (scope, key) -> value."""
     out: Path | None = None
     """The --out directory (or file, for commands that write one file)."""
@@ -76,37 +78,54 @@ class Settings:
 
     def resolve(
         self, scopes: Sequence[str], renamed: Mapping[str, str] | None = None
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, Options]:
         """Options by scope for this run, TOML < --set < flags. ``scopes`` are the sections and
         plug-in names this run has; ``renamed`` maps a TOML table's old name to its scope (e.g.
-        ``[scheduler]`` -> the scheduler's name). An unknown scope is one error naming them."""
-        renamed = dict(renamed or {})
+        ``[scheduler]`` -> the scheduler's name). An unknown scope is one error naming them, and
+        so are two command-line values for one key that disagree (--set twice, a flag and
+        --set, an alias and --set): which should win is the user's call, not ours."""
         allowed = list(dict.fromkeys(scopes))
-        merged: dict[str, dict[str, Any]] = {s: {} for s in allowed}
+        merged = {s: Options() for s in allowed}
+        self._merge_tables(merged, dict(renamed or {}))
+        for (scope, key), (_, value) in self._command_line(allowed).items():
+            merged[scope][key] = value
+        return merged
+
+    def _merge_tables(self, merged: dict[str, Options], renamed: Mapping[str, str]) -> None:
+        """The --config file's tables into ``merged``, each value typed and located."""
         for table, values in self.tables.items():
             scope = renamed.get(table, table)
-            names = ", ".join([*allowed, *renamed]) or "none"
+            names = ", ".join([*merged, *renamed]) or "none"
             if not isinstance(values, Mapping):
                 raise ConfigError(
                     f"{self.config}: {table!r} must sit in a [SCOPE] table; scopes: {names}"
                 )
             if scope not in merged:
                 raise ConfigError(f"{self.config}: unknown table [{table}]; allowed: {names}")
-            merged[scope].update(values)
-        for scope, values in parse_sets(self.sets, allowed).items():
-            merged[scope].update(values)
+            for key, value in values.items():
+                merged[scope].set_typed(key, value, f"{self.config}: [{table}] {key}")
+
+    def _command_line(self, allowed: list[str]) -> dict[tuple[str, str], tuple[str, Any]]:
+        """(scope, key) -> (what said it, value) from the --set pairs, the alias flags' pairs
+        and the shortcut flags, refusing two that give one key different values."""
+        said: dict[tuple[str, str], tuple[str, Any]] = {}
+        for flag, pair in (*(("--set", p) for p in self.sets), *self.aliases):
+            for scope, values in parse_sets([pair], allowed, flag).items():
+                for key, value in values.items():
+                    _agree(said, (scope, key), f"{flag} {pair.strip()}", value)
         for (scope, key), value in self.flags.items():
-            if scope not in merged:
+            if scope not in allowed:
                 raise ConfigError(
                     f"{_flag_name(key)} (= --set {scope}.{key}) only applies when {scope!r} is "
                     f"part of the run; scopes here: {', '.join(allowed) or 'none'}"
                 )
-            merged[scope][key] = value
-        return merged
+            _agree(said, (scope, key), f"{_flag_name(key)} {value}", value)
+        return said
 
-    def with_sets(self, pairs: Iterable[str]) -> Settings:
-        """These settings with more ``--set`` pairs (an alias flag's, say) after the given ones."""
-        return dataclasses.replace(self, sets=(*self.sets, *pairs))
+    def with_sets(self, pairs: Iterable[str], flag: str = "--set") -> Settings:
+        """These settings with more ``SCOPE.KEY=VALUE`` pairs given by ``flag`` (an alias such
+        as ``--opt``, named in a disagreement's error) after the given ones."""
+        return dataclasses.replace(self, aliases=(*self.aliases, *((flag, p) for p in pairs)))
 
     def replace_out(self, out: Path) -> Settings:
         """These settings writing to ``out`` (a command's default when --out is not given)."""
@@ -129,6 +148,28 @@ def _flag_name(key: str) -> str:
 
 
 def check_out_dir(out: Path) -> None:
+def _agree(
+    said: dict[tuple[str, str], tuple[str, Any]], at: tuple[str, str], source: str, value: Any
+) -> None:
+    """Record that ``source`` gives ``at`` ``value``, or fail if an earlier source gave it
+    another (``"8"`` from --set and ``8`` from a flag are the same value)."""
+    if at in said and not _same(said[at][1], value):
+        raise ConfigError(
+            f"{said[at][0]} and {source} give {at[0]}.{at[1]} different values; give one"
+        )
+    said[at] = (source, value)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two command-line values are one value (text or typed, ``0.5`` == ``"0.50"``)."""
+    if a == b or str(a).strip().lower() == str(b).strip().lower():
+        return True
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return False
+
+
     """Fail before any work when ``out`` cannot hold results (a file, unwritable, /proc ...)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")

@@ -77,10 +77,11 @@ def profile_cmd(
     from recperf.stalls.base import WORKLOADS
     from recperf.stalls.profile import ProfileConfig, profile
 
-    settings = settings.with_sets(f"{workload}.{pair}" for pair in option)
+    settings = settings.with_sets((f"{workload}.{pair}" for pair in option), "--option")
     opts = settings.resolve(["profile", workload])
     WORKLOADS.config(workload, opts[workload])  # a bad option fails before any run
-    fields = {**opts["profile"], "workload": workload, "workload_options": opts[workload]}
+    fields = opts["profile"]  # kept an Options: its TOML values are held to their types
+    fields["workload"], fields["workload_options"] = workload, opts[workload]
     config = from_mapping(ProfileConfig, fields, "profile")
     out = settings.out
     assert out is not None

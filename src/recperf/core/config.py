@@ -51,8 +51,31 @@ def load_json_object(path: str | Path, what: str) -> dict[str, Any]:
     return data
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    """Check (and for CLI strings, convert) ``value`` against the field type ``tp``."""
+class Options(dict[str, Any]):
+    """One scope's options: a plain dict to its readers that also records which values came
+    from a typed file (a ``--config`` TOML table), each with where it was written (``FILE:
+    [table] key``). ``from_mapping`` holds those to their field's type (TOML has numbers, so
+    ``"100"`` there is a mistake, not a number) and names the file in the error; a value set
+    again by item assignment (a flag overriding the file) is no longer typed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.typed: dict[str, str] = {}
+        """Key -> where in which file it was written, for the values that came from a file."""
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.typed.pop(key, None)
+        super().__setitem__(key, value)
+
+    def set_typed(self, key: str, value: Any, where: str) -> None:
+        """Set ``key`` to a value read from a typed file at ``where``."""
+        super().__setitem__(key, value)
+        self.typed[key] = where
+
+
+def _coerce(value: Any, tp: Any, where: str, typed: bool = False) -> Any:
+    """Check (and for CLI strings, convert) ``value`` against the field type ``tp``; a ``typed``
+    value (read from TOML) must already have the type: a string is not converted."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -63,11 +86,14 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, where)
+                return _coerce(value, arg, where, typed)
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
     if origin is tuple:
+    if typed and isinstance(value, str) and (origin is tuple or tp in _TYPE_NAMES):
+        kind = "a list" if origin is tuple else _TYPE_NAMES[tp]
+        raise ConfigError(f"{where}: expected {kind}, got the string {value!r}")
         args = typing.get_args(tp)
         if isinstance(value, str):  # "1,2" or "[1, 2]"
             text = value.strip()
@@ -76,7 +102,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         item_tp = args[0] if args else Any
-        return tuple(_coerce(v, item_tp, where) for v in value)
+        return tuple(_coerce(v, item_tp, where, typed) for v in value)
     if origin is typing.Literal:
         allowed = typing.get_args(tp)
         if value not in allowed:
@@ -119,6 +145,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def required_keys(cls: type[Any]) -> list[str]:
+_TYPE_NAMES: dict[Any, str] = {bool: "true or false", int: "an integer", float: "a number"}
+"""How an error names the scalar types a typed (TOML) string is refused for."""
+
+
     """The init fields of dataclass ``cls`` that have no default."""
     return [
         f.name
@@ -141,7 +171,11 @@ def from_mapping(cls: type[C], data: Mapping[str, Any], source: str = "config") 
     missing = [k for k in required_keys(cls) if k not in data]
     if missing:
         raise ConfigError(f"{source}: missing required key {missing[0]!r}; allowed: {allowed}")
-    kwargs = {k: _coerce(v, hints[k], f"{source}: {k}") for k, v in data.items()}
+    typed: Mapping[str, str] = getattr(data, "typed", {})
+    kwargs = {
+        k: _coerce(v, hints[k], typed.get(k, f"{source}: {k}"), k in typed)
+        for k, v in data.items()
+    }
     try:
         return cls(**kwargs)
     except ConfigError as exc:
