@@ -150,6 +150,17 @@ def test_every_row_exactly_once_parquet_and_tsv(parquet_dir: Path, tsv_dir: Path
 
 
 def test_batches_are_deterministic_whatever_the_allocation(parquet_dir: Path) -> None:
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_tiny_batches_fit_their_ring_slot(tmp_path: Path, batch_size: int) -> None:
+    """A batch of 1-3 rows is mostly column alignment: its slot must hold that too."""
+    generate(GenerateConfig(rows=30, shards=2, seed=7), tmp_path)
+    cfg = PipelineConfig(batch_size=batch_size, shuffle_window=2)
+    for alloc in (FUSED, CUT):
+        batches = run(tmp_path, cfg, alloc, copy=True)
+        assert_exactly_once(batches, reference(tmp_path))
+        assert max(b.size for b in batches) == batch_size
+
+
     cfg = PipelineConfig(batch_size=700, shuffle_window=3, seed=5)
     a = [b.row_ids.tolist() for b in run(parquet_dir, cfg, [1, 1, 1, 1, 1])]
     b = [b.row_ids.tolist() for b in run(parquet_dir, cfg, [2, 1, 3, 1, 2])]

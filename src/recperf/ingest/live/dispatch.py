@@ -119,7 +119,7 @@ class Dispatcher:
 
     @property
     def slot_bytes(self) -> int:
-        return self.config.batch_size * items.ITEM_BYTES_PER_ROW
+        return items.item_bytes(self.config.batch_size)
 
     @property
     def chunk_bytes(self) -> int:

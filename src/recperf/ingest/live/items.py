@@ -20,6 +20,15 @@ Columns = dict[str, np.ndarray]
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 ITEM_BYTES_PER_ROW = 512
 """Upper bound on one row's bytes in any stage's item (decode output is ~321, collate ~480)."""
+ITEM_BYTES_FIXED = 1024
+"""Upper bound on an item's bytes beyond its rows: up to 63 bytes of 64-byte alignment before
+each of its columns (collate has 6) and the offsets' one extra entry; what a batch of 1 or 2
+rows is mostly made of."""
+
+
+def item_bytes(rows: int) -> int:
+    """Upper bound on the bytes of one item (a ring slot) of ``rows`` rows."""
+    return rows * ITEM_BYTES_PER_ROW + ITEM_BYTES_FIXED
 
 
 @dataclass(slots=True, frozen=True)

@@ -101,7 +101,7 @@ class SlotMaps:
         if need > self.slot_bytes:
             raise RecperfError(
                 f"a batch needs {need:,} bytes, over the ring slot's {self.slot_bytes:,} "
-                f"(ITEM_BYTES_PER_ROW = {items.ITEM_BYTES_PER_ROW} per row is too small)"
+                "(items.item_bytes() is too small a bound)"
             )
         items.copy_into(self.map(path), layout, cols)
         return layout

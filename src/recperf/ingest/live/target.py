@@ -21,7 +21,7 @@ from recperf.ingest.base import (
 from recperf.ingest.live.batch import Snapshot, rate
 from recperf.ingest.live.dispatch import MIB
 from recperf.ingest.live.executor import Pipeline
-from recperf.ingest.live.items import ITEM_BYTES_PER_ROW
+from recperf.ingest.live.items import item_bytes
 from recperf.ingest.sim.model import PipelineSpec, StageSpec
 
 
@@ -238,7 +238,7 @@ def calibrate(target: LiveTarget, name: str = "calibrated") -> PipelineSpec:
         memory_budget_gib=p.config.memory_budget_gib,
         stages=stages,
         transfer_us_per_row=statistics.median(per_seg) if per_seg else 0.0,
-        memory_mib_per_batch=p.config.batch_size * ITEM_BYTES_PER_ROW / MIB,
+        memory_mib_per_batch=item_bytes(p.config.batch_size) / MIB,
         batch_rows=p.config.batch_size,
         queue_batches=p.config.queue_batches,
     )
