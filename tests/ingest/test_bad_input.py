@@ -4,6 +4,7 @@ allowed, exit code 2, no traceback, and nothing written that looks like a result
 from __future__ import annotations
 
 import gzip
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -76,6 +77,29 @@ def test_run_dataset_with_zero_rows(tmp_path: Path) -> None:
     pq.write_table(SCHEMA.empty_table(), tmp_path / "part-00000.parquet")
     assert fails("run", "--data", str(tmp_path), "--seconds", "0.5") == (
         f"error: {tmp_path}: no rows to read"
+    )
+
+
+def test_run_directory_mixing_parquet_and_tsv_shards(data: Path, tmp_path: Path) -> None:
+    mixed = tmp_path / "mixed"
+    generate(GenerateConfig(rows=500, seed=3, format="tsv"), mixed)
+    shutil.copy(next(data.glob("*.parquet")), mixed / "part-00001.parquet")
+    line = fails("run", "--data", str(mixed), "--seconds", "0.5")
+    assert line == (
+        f"error: {mixed}: mixes Parquet shards (part-00001.parquet) and text shards "
+        "(part-00000.tsv); keep one format per directory"
+    )
+
+
+def test_run_directory_with_a_dangling_shard_link(data: Path, tmp_path: Path) -> None:
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    shutil.copy(next(data.glob("*.parquet")), linked / "part-00000.parquet")
+    (linked / "part-00001.parquet").symlink_to(tmp_path / "gone.parquet")
+    line = fails("run", "--data", str(linked), "--seconds", "0.5")
+    assert line == (
+        f"error: {linked / 'part-00001.parquet'}: a symbolic link to "
+        f"'{tmp_path / 'gone.parquet'}', which does not exist"
     )
 
 

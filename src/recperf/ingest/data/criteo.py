@@ -287,13 +287,35 @@ def _files(path: Path) -> list[Path]:
         raise TraceFormatError(path, None, None, "no such file or directory")
     if not path.is_dir():
         return [path]
-    files = sorted(
-        p for p in path.iterdir()
-        if p.is_file() and not p.name.startswith(".")
-        and p.name.endswith((".parquet", ".tsv", ".tsv.gz", ".txt", ".txt.gz"))
+    return _shards(path)
+
+
+_SHARD_SUFFIXES = (".parquet", ".tsv", ".tsv.gz", ".txt", ".txt.gz")
+
+
+def _shards(directory: Path) -> list[Path]:
+    """The data files of ``directory``, one format: a shard name that is a dangling link, or
+    Parquet mixed with text shards (often the same rows twice), is one error naming the files."""
+    named = sorted(
+        p for p in directory.iterdir()
+        if not p.name.startswith(".") and p.name.endswith(_SHARD_SUFFIXES)
     )  # fmt: skip
+    dangling = [p for p in named if p.is_symlink() and not p.exists()]
+    if dangling:
+        why = f"a symbolic link to {str(dangling[0].readlink())!r}, which does not exist"
+        raise TraceFormatError(dangling[0], None, None, why)
+    files = [p for p in named if p.is_file()]
     if not files:
-        raise TraceFormatError(path, None, None, "no .parquet, .tsv or .txt files in directory")
+        why = "no .parquet, .tsv or .txt files in directory"
+        raise TraceFormatError(directory, None, None, why)
+    parquet = [p for p in files if p.name.endswith(".parquet")]
+    text = [p for p in files if not p.name.endswith(".parquet")]
+    if parquet and text:
+        why = (
+            f"mixes Parquet shards ({parquet[0].name}) and text shards ({text[0].name}); "
+            "keep one format per directory"
+        )
+        raise TraceFormatError(directory, None, None, why)
     return files
 
 
