@@ -27,6 +27,7 @@ from recperf.cluster.outcome import EngineConfig, SimResult
 from recperf.cluster.topology import Cluster, load_cluster
 from recperf.cluster.traces import BUNDLED, BUNDLED_CLUSTERS, bundled_path
 from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
+from recperf.core import exact
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError, RecperfError, RegistryError, TraceFormatError
 from recperf.core.progress import ProgressFn
@@ -192,7 +193,7 @@ def drop_oversized(jobs: JobTable, cluster: Cluster, source: Path | str) -> JobT
 def jitter_arrivals(jobs: JobTable, jitter_s: float, seed: int) -> JobTable:
     """The same jobs with each arrival moved by a uniform draw in +-jitter_s (seeded)."""
     rng = np.random.default_rng([seed, 0x6A17])
-    shift = rng.uniform(-jitter_s, jitter_s, size=len(jobs))
+    shift = exact.uniform(rng, -jitter_s, jitter_s, len(jobs))
     return jobs.with_arrivals(np.maximum(jobs.arrival_s + shift, 0.0))
 
 

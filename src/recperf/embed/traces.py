@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from recperf.core import exact
 from recperf.core.errors import ConfigError, TraceFormatError
 
 DEFAULT_ROWS = 500_000
@@ -219,7 +220,7 @@ def zipf(rows: int, n: int, alpha: float, seed: int) -> torch.Tensor:
     if not 0.0 <= alpha <= 10.0:
         raise ConfigError(f"zipf alpha must be in [0, 10], got {alpha}")
     rng = np.random.default_rng(seed)
-    cdf = np.cumsum(np.arange(1, rows + 1, dtype=np.float64) ** -alpha)
+    cdf = np.cumsum(exact.power(np.arange(1, rows + 1, dtype=np.float64), -alpha))
     ranks = np.searchsorted(cdf, rng.random(n) * cdf[-1], side="right")
     ranks = np.minimum(ranks, rows - 1)  # guards the float edge u * cdf[-1] == cdf[-1]
     return torch.from_numpy(rng.permutation(rows)[ranks].astype(np.int64))

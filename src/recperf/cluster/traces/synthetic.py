@@ -15,6 +15,7 @@ from recperf.cluster.limits import MAX_TRACE_S
 from recperf.cluster.models import grad_bytes_for
 from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topology import Cluster
+from recperf.core import exact
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 
@@ -96,16 +97,16 @@ class SyntheticTrace:
         n = cfg.jobs
         gpus = rng.choice(np.asarray(sizes, dtype=np.int64), size=n, p=np.asarray(weights))
         if cfg.duration_dist == "exp":
-            dur = rng.exponential(cfg.mean_duration_s, size=n)
+            dur = exact.exponential(rng, cfg.mean_duration_s, n)
         else:
-            mu = math.log(cfg.mean_duration_s) - cfg.lognormal_sigma**2 / 2
-            dur = rng.lognormal(mu, cfg.lognormal_sigma, size=n)
+            mu = exact.log1(cfg.mean_duration_s) - cfg.lognormal_sigma * cfg.lognormal_sigma / 2
+            dur = exact.lognormal(rng, mu, cfg.lognormal_sigma, n)
         dur = np.maximum(dur, 1e-3)
-        mean_gpus = float(np.dot(sizes, weights))
+        mean_gpus = math.fsum(s * w for s, w in zip(sizes, weights, strict=True))
         rate = cfg.load * cluster.gpus / (mean_gpus * cfg.mean_duration_s)
-        arrivals = np.cumsum(rng.exponential(1.0 / rate, size=n))
+        arrivals = np.cumsum(exact.exponential(rng, 1.0 / rate, n))
         arrivals -= arrivals[0]
-        iter_s = np.exp(rng.uniform(math.log(cfg.iter_s_min), math.log(cfg.iter_s_max), size=n))
+        iter_s = exact.loguniform(rng, cfg.iter_s_min, cfg.iter_s_max, n)
         iter_s = np.minimum(iter_s, dur)
         model_idx = rng.integers(0, len(MODELS), size=n)
         models = [MODELS[i] for i in model_idx.tolist()]

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 
+from recperf.core import exact
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError, TraceFormatError
 from recperf.core.progress import ProgressFn
@@ -139,9 +140,10 @@ def zipf_ids(rng: np.random.Generator, n: int, cardinality: int, exponent: float
     u = rng.random(n)
     s = 1.0 - exponent
     if abs(s) < 1e-9:
-        x = np.expm1(u * np.log1p(cardinality))
+        x = exact.exp(u * exact.log1(cardinality + 1.0)) - 1.0
     else:
-        x = (1.0 + u * ((cardinality + 1.0) ** s - 1.0)) ** (1.0 / s) - 1.0
+        top = float(exact.power(cardinality + 1.0, s)) - 1.0
+        x = exact.power(u * top + 1.0, 1.0 / s) - 1.0
     ids: np.ndarray = np.minimum(x.astype(np.int64), cardinality - 1)
     return ids
 
@@ -182,7 +184,7 @@ def _block(seed: int, index: int, exponent: float) -> pa.RecordBatch:
         present.update(dict.fromkeys(names, keep))
     arrays: list[pa.Array] = [pa.array(label)]
     for i, (name, (mu, sigma)) in enumerate(zip(INT_FEATURES, INT_LOGNORMAL, strict=True)):
-        vals = np.floor(np.expm1(np.minimum(rng.normal(mu, sigma, n), 40.0)))
+        vals = np.floor(exact.exp(np.minimum(exact.normal(rng, mu, sigma, n), 40.0)) - 1.0)
         vals = np.clip(vals, 0, 2**40).astype(np.int64) + (I2_OFFSET if i == 1 else 0)
         mask = present.get(name)
         arrays.append(pa.array(vals, mask=None if mask is None else ~mask))

@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from recperf.core import exact
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import target as sim_target
@@ -274,10 +275,10 @@ def reward(m: Measurement, bound: float, ctx: Context, refused: bool, penalty: f
 def random_spec(rng: np.random.Generator) -> PipelineSpec:
     """A random pipeline: 2..128 cores, 2..8 stages, log-uniform costs, some caps, and a memory
     budget that binds in about a third of the draws."""
-    cores = round(math.exp(rng.uniform(math.log(2), math.log(128))))
+    cores = round(float(exact.loguniform(rng, 2.0, 128.0, 1)[0]))
     n = int(rng.integers(2, MAX_STAGES + 1))
-    costs = np.exp(rng.uniform(math.log(0.2), math.log(40.0), n))
-    mem = np.exp(rng.uniform(math.log(32.0), math.log(2048.0), n))
+    costs = exact.loguniform(rng, 0.2, 40.0, n)
+    mem = exact.loguniform(rng, 32.0, 2048.0, n)
     ideal = costs / costs.sum() * cores
     stages = tuple(
         StageSpec(

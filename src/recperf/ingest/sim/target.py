@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from recperf.core import exact
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, AllocationRefused, Measurement
@@ -64,7 +65,9 @@ class SimTarget:
         return self._clock_s
 
     def _factor(self, size: int | None = None) -> np.ndarray:
-        return np.exp(self._rng.normal(0.0, self.noise, size=size))
+        """Multiplicative measurement noise: lognormal, median 1 (one draw: a 0-d array)."""
+        draws = exact.lognormal(self._rng, 0.0, self.noise, 1 if size is None else size)
+        return draws.reshape(()) if size is None else draws
 
     def _per_stage(
         self, alloc: Allocation, caps: tuple[float, ...], window: float

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from recperf.core import exact
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, Measurement, Target, even_split
@@ -103,13 +104,13 @@ def scores(log: TuneLog, ctx: ienv.Context, prior_windows: float) -> dict[Alloca
     groups: dict[tuple[int, ...], list[float]] = {}
     for m in log.measurements:
         groups.setdefault(m.allocation.workers, []).append(
-            math.log(max(m.throughput_rows_per_s, 1e-9))
+            exact.log1(max(m.throughput_rows_per_s, 1e-9))
         )
     means = {w: float(np.mean(v)) for w, v in groups.items()}
     k = 0.0
     costs = measured_costs(log.measurements)
     if prior_windows > 0 and all(c > 0 and math.isfinite(c) for c in costs):
-        pred = {w: math.log(max(ienv.modelled(ctx, w, costs), 1e-9)) for w in groups}
+        pred = {w: exact.log1(max(ienv.modelled(ctx, w, costs), 1e-9)) for w in groups}
         shift = float(np.median([y - pred[w] for w, v in groups.items() for y in v]))
         dof = sum(len(v) - 1 for v in groups.values())
         noise = sum(float(np.sum((np.array(v) - means[w]) ** 2)) for w, v in groups.items())
@@ -117,12 +118,13 @@ def scores(log: TuneLog, ctx: ienv.Context, prior_windows: float) -> dict[Alloca
             var = noise / dof
             # beyond-noise squared residuals; their median / 0.455 (the median of chi2_1)
             # estimates the model's error variance without being led by one lucky window
-            excess = [(means[w] - pred[w] - shift) ** 2 - var / len(v) for w, v in groups.items()]
+            resid = {w: means[w] - pred[w] - shift for w in groups}
+            excess = [resid[w] * resid[w] - var / len(v) for w, v in groups.items()]
             model_var = max(float(np.median(excess)) / 0.455, 1e-12)
             k = min(prior_windows, var / model_var)
         for w, v in groups.items():
             means[w] = (len(v) * means[w] + k * (pred[w] + shift)) / (len(v) + k)
-    return {Allocation(workers=w): math.exp(x) for w, x in means.items()}
+    return {Allocation(workers=w): exact.exp1(x) for w, x in means.items()}
 
 
 def ranked(log: TuneLog, ctx: ienv.Context, prior_windows: float) -> list[Allocation]:
