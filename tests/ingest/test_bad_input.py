@@ -171,6 +171,37 @@ def test_simulate_spec_memory_budget_nan(tmp_path: Path) -> None:
     assert line == f"error: {spec}: memory_budget_gib: expected a finite number, got nan"
 
 
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [("cost_us_per_row = 1e300", "stage[0] 'a': cost_us_per_row = 1e+300 is outside the "
+      "allowed range [1e-06, 1e+09]"),
+     ("cost_us_per_row = 1e-300", "stage[0] 'a': cost_us_per_row = 1e-300 is outside the "
+      "allowed range [1e-06, 1e+09]"),
+     ("cost_us_per_row = 1.0\nmemory_mib_per_worker = 1e300",
+      "stage[0] 'a': memory_mib_per_worker = 1e+300 is outside the allowed range [0, 1e+09]")],
+)  # fmt: skip
+def test_simulate_spec_non_physical_stage(tmp_path: Path, line: str, why: str) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(f'cores = 4\nmemory_budget_gib = 8\n[[stage]]\nname = "a"\n{line}\n')
+    assert fails("simulate", "--spec", str(spec)) == f"error: {spec}: {why}"
+
+
+def test_simulate_at_the_slowest_allowed_cost_prints_its_rate(tmp_path: Path) -> None:
+    spec = tmp_path / "slow.toml"
+    spec.write_text('cores = 4\nmemory_budget_gib = 8\n[[stage]]\nname = "a"\n'
+                    "cost_us_per_row = 1e9\n")  # fmt: skip
+    res = runner.invoke(app, ["ingest", "simulate", "--spec", str(spec), "--tuner", "static"])
+    assert res.exit_code == 0, res.output
+    assert "0.004 rows/s = 1.000 of the LP bound (0.004)" in res.stderr
+
+
+def test_a_fraction_of_a_zero_bound_is_none_not_one() -> None:
+    from recperf.ingest.tuning import fraction
+
+    assert fraction(0.0, 0.0) is None
+    assert fraction(1.0, 4.0) == 0.25
+
+
 def test_spec_built_directly_refuses_non_finite() -> None:
     from recperf.core.errors import ConfigError
     from recperf.ingest.sim.model import PipelineSpec, StageSpec

@@ -105,14 +105,24 @@ def simulate_cmd(
     if settings.json:
         return
     err_console.print(
-        f"{summary['spec']} / {summary['tuner']}: {summary['throughput_rows_per_s']:,.0f} rows/s "
-        f"= {summary['fraction_of_bound']:.3f} of the LP bound "
-        f"({summary['lp_bound_rows_per_s']:,.0f}); {summary['allocation']['label']}; "
+        f"{summary['spec']} / {summary['tuner']}: {_rate(summary['throughput_rows_per_s'])} "
+        f"rows/s = {_share(summary['fraction_of_bound'])} of the LP bound "
+        f"({_rate(summary['lp_bound_rows_per_s'])}); {summary['allocation']['label']}; "
         f"memory {summary['peak_memory_bytes'] / 2**30:.1f} / "
         f"{summary['memory_budget_bytes'] / 2**30:.1f} GiB; {summary['tuning_steps']} steps, "
         f"{summary['refused']} refused",
         highlight=False,
     )
+
+
+def _rate(rows_per_s: float) -> str:
+    """Rows/s with thousands separators, or 3 significant digits below 100 (not "0")."""
+    return f"{rows_per_s:,.0f}" if rows_per_s >= 100 else f"{rows_per_s:.3g}"
+
+
+def _share(fraction: float | None) -> str:
+    """A fraction of a bound; None (the bound was 0) is "n/a", not 1.000."""
+    return "n/a" if fraction is None else f"{fraction:.3f}"
 
 
 @command(

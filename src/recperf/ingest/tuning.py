@@ -47,6 +47,12 @@ def history_summary(result: TuneResult, stage_names: Sequence[str]) -> list[dict
     ]
 
 
+def fraction(value: float, bound: float) -> float | None:
+    """``value`` as a fraction of ``bound``; None when the bound is 0 (nothing to compare with:
+    0 / 0 is not "at the bound")."""
+    return value / bound if bound > 0 else None
+
+
 def found_at_s(result: TuneResult) -> float:
     """Tuning time at the end of the first measurement of the allocation finally chosen."""
     return next(s.elapsed_s for s in result.history if s.allocation == result.allocation)
@@ -98,7 +104,7 @@ def simulate(
         "lp_cuts": list(range(1, n)) if bound.cuts is None else list(bound.cuts),
         "oracle_rows_per_s": best_thr,
         "oracle_allocation": allocation_summary(best, names),
-        "fraction_of_bound": thr / bound.throughput_rows_per_s,
+        "fraction_of_bound": fraction(thr, bound.throughput_rows_per_s),
         "fraction_of_oracle": thr / best_thr,
         "peak_memory_bytes": target.peak_memory_bytes,
         "memory_budget_bytes": target.memory_budget_bytes,

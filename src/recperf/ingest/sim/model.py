@@ -23,6 +23,13 @@ MIB = 2**20
 GIB = 2**30
 C = TypeVar("C")
 Segments = tuple[tuple[int, int], ...]
+COST_US_RANGE = (1e-6, 1e9)
+"""A stage's or a hand-off's CPU cost per row, microseconds: a picosecond to 1,000 s. Beyond it
+a value is a unit mistake, and the model's rows/s underflow to 0 or overflow to inf."""
+MAX_MEMORY_MIB = 1e9
+"""The most memory a worker or a batch may take, MiB (about a petabyte)."""
+MAX_BUDGET_GIB = 1e6
+"""The largest memory budget, GiB (about a petabyte)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -32,18 +39,18 @@ class StageSpec:
     name: str
     """Unique stage name (e.g. ``decode``)."""
     cost_us_per_row: float
-    """CPU time one worker spends per row on this stage, microseconds (> 0)."""
+    """CPU time one worker spends per row on this stage, microseconds (1e-6..1e9)."""
     max_workers: int | None = None
     """Most workers that help this stage (>= 1); ``None`` for no cap. A segment holding the
     stage inherits the cap (its workers all run the stage)."""
     memory_mib_per_worker: float = 0.0
-    """Resident memory this stage adds to a worker that runs it, MiB (>= 0)."""
+    """Resident memory this stage adds to a worker that runs it, MiB (0..1e9)."""
 
     def __post_init__(self) -> None:
-        check_range("cost_us_per_row", self.cost_us_per_row, 0.0, None, lo_open=True)
+        check_range("cost_us_per_row", self.cost_us_per_row, *COST_US_RANGE)
         if self.max_workers is not None:
             check_range("max_workers", self.max_workers, 1, None)
-        check_range("memory_mib_per_worker", self.memory_mib_per_worker, 0.0, None)
+        check_range("memory_mib_per_worker", self.memory_mib_per_worker, 0.0, MAX_MEMORY_MIB)
 
 
 AllocLike = Allocation | Sequence[int]
@@ -69,14 +76,14 @@ class PipelineSpec:
     cores: int
     """CPU cores the stages share (1..1024)."""
     memory_budget_gib: float
-    """Memory the workers and inter-segment buffers may use, GiB (> 0)."""
+    """Memory the workers and inter-segment buffers may use, GiB (> 0, at most 1e6)."""
     stages: tuple[StageSpec, ...]
     """The stages, in pipeline order (at least one)."""
     transfer_us_per_row: float = 0.0
     """CPU cost of handing a row over at a cut or to the consumer, microseconds, charged once
-    per segment (>= 0)."""
+    per segment (0..1e9)."""
     memory_mib_per_batch: float = 0.0
-    """Size of one buffered batch, MiB (>= 0)."""
+    """Size of one buffered batch, MiB (0..1e9)."""
     batch_rows: int = 8192
     """Rows per batch (>= 1); informational here, used by the executor and env."""
     queue_batches: int = 2
@@ -84,9 +91,9 @@ class PipelineSpec:
 
     def __post_init__(self) -> None:
         check_range("cores", self.cores, 1, 1024)
-        check_range("memory_budget_gib", self.memory_budget_gib, 0.0, None, lo_open=True)
-        check_range("transfer_us_per_row", self.transfer_us_per_row, 0.0, None)
-        check_range("memory_mib_per_batch", self.memory_mib_per_batch, 0.0, None)
+        check_range("memory_budget_gib", self.memory_budget_gib, 0.0, MAX_BUDGET_GIB, lo_open=True)
+        check_range("transfer_us_per_row", self.transfer_us_per_row, 0.0, COST_US_RANGE[1])
+        check_range("memory_mib_per_batch", self.memory_mib_per_batch, 0.0, MAX_MEMORY_MIB)
         check_range("batch_rows", self.batch_rows, 1, None)
         check_range("queue_batches", self.queue_batches, 0, None)
         if not self.stages:
