@@ -26,13 +26,13 @@ from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS
 from recperf.cluster.engine import check_fits
 from recperf.cluster.limits import MAX_SWEEP_RUNS
 from recperf.cluster.outcome import EngineConfig
-from recperf.cluster.sweep import Sweep, run_sweep, split_trace, write_sweep
+from recperf.cluster.sweep import Sweep, SweepInterrupted, run_sweep, split_trace, write_sweep
 from recperf.cluster.topology import load_cluster, preset_names
 from recperf.cluster.traces import BUNDLED
 from recperf.cluster.traces.synthetic import SyntheticConfig
 from recperf.core.config import check_range, from_mapping, parse_floats, parse_names, parse_seeds
 from recperf.core.errors import ConfigError
-from recperf.core.progress import progress_bar, progress_from_first_update
+from recperf.core.progress import counts_from_first_update, progress_bar
 
 app = typer.Typer(help="GPU-cluster scheduling simulator on real traces.", no_args_is_help=True)
 
@@ -355,11 +355,19 @@ def sweep_cmd(
         MAX_SWEEP_RUNS, help="Refuse a sweep of more runs than this (a guard against typos)."
     ),
     drop_oversized: bool = DropOpt,
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Keep the runs an interrupted sweep left in --out/runs and run only the rest (the "
+        "sweep must be the same; without --resume such an --out is refused).",
+    ),
 ) -> None:
     """Run every trace x scheduler x congestion x seed in parallel; print means over the seeds.
 
-    Exit code 0 when all runs succeed, 1 when some failed (their errors are in sweep.json and
-    on stderr; the other runs' results are still written), 2 for bad input.
+    Each run is written to --out/runs as it finishes, so an interrupt keeps the finished runs
+    and --resume runs only the rest. Exit code 0 when all runs succeed, 1 when some failed
+    (their errors are in sweep.json and on stderr; the other runs' results are still written),
+    2 for bad input.
     """
     names = parse_names(schedulers, "--schedulers")
     check_range("--max-runs", max_runs, 1, 10**9)
@@ -395,11 +403,19 @@ def sweep_cmd(
     n = sweep.size
     out = settings.out
     assert out is not None
-    with progress_from_first_update(f"{n} runs ({backend})") as bar:
-        result = run_sweep(
-            sweep, backend=backend, workers=workers, address=address, keep_jobs=keep_jobs,
-            progress=bar,
+    try:
+        with counts_from_first_update(f"sweep ({backend})", "runs") as bar:
+            result = run_sweep(
+                sweep, backend=backend, workers=workers, address=address, keep_jobs=keep_jobs,
+                counts=bar, out=out, resume=resume,
+            )  # fmt: skip
+    except SweepInterrupted as stop:
+        err_console.print(
+            f"{stop.kept} of {stop.total} runs kept in {out / 'runs'}; to run the other "
+            f"{stop.total - stop.kept}, repeat the command with --resume",
+            markup=False, highlight=False, soft_wrap=True,
         )  # fmt: skip
+        raise
     summary = write_sweep(out, result)
     settings.emit(summary, name=None)  # write_sweep wrote sweep.json
     print_table(

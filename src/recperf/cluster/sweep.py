@@ -7,7 +7,7 @@ import dataclasses
 import itertools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from recperf.cluster.api import RunSpec, build_placement, build_scheduler, load_
 from recperf.cluster.limits import MAX_SWEEP_RUNS
 from recperf.cluster.sweep_backends import (
     RUN_KEYS,
+    OnDone,
     RunOutcome,
     SweepRun,
     _run_local,
@@ -28,10 +29,11 @@ from recperf.cluster.sweep_backends import (
     failed_outcome,
     run_one,
 )
+from recperf.cluster.sweep_store import RunStore
 from recperf.cluster.traces import BUNDLED
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
-from recperf.core.progress import ProgressFn
+from recperf.core.progress import Count, CountFn, ProgressFn
 from recperf.core.results import write_json, write_parquet
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "RUN_KEYS",
     "RunOutcome",
     "Sweep",
+    "SweepInterrupted",
     "SweepResult",
     "SweepRun",
     "error_text",
@@ -189,6 +192,15 @@ class SweepResult:
         return summarize_groups(self.rows)
 
 
+class SweepInterrupted(KeyboardInterrupt):
+    """An interrupt (Ctrl-C, SIGTERM) during a sweep that keeps its runs in ``--out``: how many
+    of them are finished there."""
+
+    def __init__(self, kept: int, total: int) -> None:
+        super().__init__(f"{kept} of {total} runs kept")
+        self.kept, self.total = kept, total
+
+
 def run_sweep(
     sweep: Sweep,
     *,
@@ -197,10 +209,17 @@ def run_sweep(
     address: str | None = None,
     keep_jobs: bool = False,
     progress: ProgressFn | None = None,
+    counts: CountFn | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
 ) -> SweepResult:
     """Validate, then run every point of ``sweep`` on ``backend``; failed runs become rows.
     Bad input (a garbled trace, an unknown name, no Ray cluster) raises before any run starts,
-    and before the first call of ``progress``, which is ``progress(0.0)`` as the runs begin."""
+    and before the first call of ``progress``, which is ``progress(0.0)`` as the runs begin
+    (``counts`` likewise gets runs done, left and the estimated time left). With ``out``, each
+    run is written to ``out/runs/`` as it finishes and the result is read back from there;
+    ``resume`` keeps the runs of this sweep found there and runs the rest. An interrupt raises
+    SweepInterrupted (a KeyboardInterrupt) saying how many runs ``out`` keeps."""
     if backend not in BACKENDS:
         raise ConfigError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
     if address is not None and backend != "ray":
@@ -208,33 +227,92 @@ def run_sweep(
     if workers is not None:
         check_range("workers", workers, 1, 4096)
     runs = sweep.runs()
-    n_workers = min(workers or os.cpu_count() or 1, len(runs))
+    spec = {**sweep.definition(), "keep_jobs": keep_jobs}  # what decides the results
+    store = RunStore(Path(out), spec) if out is not None else None
+    kept = store.begin(runs, resume) if store is not None else {}
+    todo = [i for i in range(len(runs)) if i not in kept]
+    width = 1 if backend == "serial" else workers or os.cpu_count() or 1
+    tally = _Tally(len(runs), [r["wall_s"] for r in kept.values()], width, progress, counts)
     outcomes: list[RunOutcome | None] = [None] * len(runs)
-    done = 0
 
-    def on_done(i: int, outcome: RunOutcome) -> None:
-        nonlocal done
+    def on_done(j: int, outcome: RunOutcome) -> None:
+        i = todo[j]
+        if store is not None:
+            store.save(runs[i], outcome)
         outcomes[i] = outcome
-        done += 1
-        if progress is not None:
-            progress(done / len(runs))
+        tally.finished(outcome.row["wall_s"])
 
-    def start() -> None:  # every check passed: progress(0.0) marks the start of the runs
-        if progress is not None:
-            progress(0.0)
+    try:
+        _execute(backend, [runs[i] for i in todo], keep_jobs, width, address, on_done, tally.start)
+    except KeyboardInterrupt:
+        if store is None:
+            raise
+        raise SweepInterrupted(store.kept(runs), len(runs)) from None
+    if store is not None:  # one road to the tables, whether the runs were kept or new
+        outcomes = [store.load(run) for run in runs]
+    finished = [o for o in outcomes if o is not None]
+    assert len(finished) == len(runs), "a backend lost a run"
+    return SweepResult(sweep, _uniform_rows([o.row for o in finished]), _jobs_table(finished))
 
-    if backend == "serial":
+
+def _execute(
+    backend: str,
+    runs: Sequence[SweepRun],
+    keep_jobs: bool,
+    workers: int,
+    address: str | None,
+    on_done: OnDone,
+    start: Callable[[], None],
+) -> None:
+    """Run ``runs`` on ``backend``; ``start()`` once every check passed, as the runs begin."""
+    if backend == "serial" or not runs:  # nothing left: no pool, no Ray to start
         start()
         _run_serial(runs, keep_jobs, on_done)
     elif backend == "local":
         start()
-        _run_local(runs, keep_jobs, n_workers, on_done)
+        _run_local(runs, keep_jobs, min(workers, len(runs)), on_done)
     else:
-        ray_workers = workers or os.cpu_count() or 1
-        _run_ray(runs, keep_jobs, ray_workers, address, on_done, on_start=start)
-    finished = [o for o in outcomes if o is not None]
-    assert len(finished) == len(runs), "a backend lost a run"
-    return SweepResult(sweep, _uniform_rows([o.row for o in finished]), _jobs_table(finished))
+        _run_ray(runs, keep_jobs, workers, address, on_done, on_start=start)
+
+
+class _Tally:
+    """Runs done of the total, and the time left: the mean wall time of the finished runs (kept
+    ones included) times the runs left, over the workers that run them."""
+
+    def __init__(
+        self,
+        total: int,
+        walls: list[float],
+        workers: int,
+        progress: ProgressFn | None,
+        counts: CountFn | None,
+    ) -> None:
+        self.total, self.done, self.workers = total, len(walls), workers
+        self.walls = [w for w in walls if w is not None and math.isfinite(w)]
+        self.progress, self.counts = progress, counts
+
+    def start(self) -> None:
+        self._report()
+
+    def finished(self, wall_s: float | None) -> None:
+        self.done += 1
+        if wall_s is not None and math.isfinite(wall_s):
+            self.walls.append(wall_s)
+        self._report()
+
+    def eta_s(self) -> float | None:
+        left = self.total - self.done
+        if left == 0:
+            return 0.0
+        if not self.walls:
+            return None
+        return sum(self.walls) / len(self.walls) * left / min(self.workers, left)
+
+    def _report(self) -> None:
+        if self.progress is not None:
+            self.progress(self.done / self.total)
+        if self.counts is not None:
+            self.counts(Count(self.done, self.total, self.eta_s()))
 
 
 def _uniform_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,18 +1,53 @@
 """Progress for long work on stderr: a rich bar on a terminal, plain timestamped lines
-otherwise (CI, nohup, a pipe), so long work is never silent; nothing when disabled."""
+otherwise (CI, nohup, a pipe), so long work is never silent; nothing when disabled. Work of
+countable parts (a sweep's runs) shows parts done, parts left and the estimated time left."""
 
 from __future__ import annotations
 
+import math
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
 
 ProgressFn = Callable[[float], None]
 """Called with the fraction done, 0 to 1."""
+
+
+@dataclass(frozen=True, slots=True)
+class Count:
+    """How far work of countable parts is."""
+
+    done: int
+    """Parts finished (a resumed sweep's kept runs included)."""
+    total: int
+    """Parts in all."""
+    eta_s: float | None = None
+    """Estimated seconds left, as of this update; None: no estimate yet."""
+
+    @property
+    def left(self) -> int:
+        return self.total - self.done
+
+
+CountFn = Callable[[Count], None]
+"""Called with a Count each time a part finishes (and once as the work begins)."""
+T = TypeVar("T")
 
 
 LINE_STEP = 0.1
@@ -45,18 +80,29 @@ def progress_bar(description: str, enabled: bool = True) -> Iterator[ProgressFn]
         yield lambda frac: prog.update(task, completed=min(max(frac, 0.0), 1.0))
 
 
-@contextmanager
-def progress_from_first_update(description: str) -> Iterator[ProgressFn]:
+def progress_from_first_update(description: str) -> AbstractContextManager[ProgressFn]:
     """``progress_bar`` that appears at the first update, so that bad input the library finds
     before any work is the only line printed."""
-    with ExitStack() as stack:
-        bar: ProgressFn | None = None
+    return _from_first_update(lambda: progress_bar(description))
 
-        def update(frac: float) -> None:
+
+def counts_from_first_update(description: str, unit: str) -> AbstractContextManager[CountFn]:
+    """``count_progress`` that appears at the first update, as ``progress_from_first_update``."""
+    return _from_first_update(lambda: count_progress(description, unit))
+
+
+@contextmanager
+def _from_first_update(
+    open_bar: Callable[[], AbstractContextManager[Callable[[T], None]]],
+) -> Iterator[Callable[[T], None]]:
+    with ExitStack() as stack:
+        bar: Callable[[T], None] | None = None
+
+        def update(value: T) -> None:
             nonlocal bar
             if bar is None:
-                bar = stack.enter_context(progress_bar(description))
-            bar(frac)
+                bar = stack.enter_context(open_bar())
+            bar(value)
 
         yield update
 
@@ -82,3 +128,129 @@ def _lines(description: str) -> Iterator[ProgressFn]:
     say("started")
     yield update
     say(f"done in {time.monotonic() - t0:.1f} s")
+
+
+COUNT_GAP_S = 3.0
+"""Off a terminal, at most one line per this many seconds (a later part waits) ..."""
+COUNT_HEARTBEAT_S = 10.0
+"""... and at least one this often, with the time left counted down, while the work goes on."""
+
+
+def duration_text(seconds: float | None) -> str:
+    """``45s``, ``12m04s``, ``2h03m``; ``?`` without an estimate."""
+    if seconds is None or not math.isfinite(seconds):
+        return "?"
+    s = max(round(seconds), 0)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _eta_now(count: Count, at: float) -> float | None:
+    """The estimate of ``count``, made at monotonic time ``at``, counted down to now."""
+    if count.eta_s is None:
+        return None
+    return max(count.eta_s - (time.monotonic() - at), 0.0)
+
+
+@contextmanager
+def count_progress(description: str, unit: str, enabled: bool = True) -> Iterator[CountFn]:
+    """Yield a callback taking a Count: a bar with ``done/total UNIT``, the parts left and the
+    time left on a terminal; else ``HH:MM:SS description: 37/120 runs done, 83 left, ETA
+    11m50s`` lines on stderr, throttled to one per COUNT_GAP_S and at least one per
+    COUNT_HEARTBEAT_S."""
+    console = Console(stderr=True)
+    if not enabled:
+        yield lambda _count: None
+        return
+    if not console.is_terminal:
+        with _count_lines(description, unit) as fn:
+            yield fn
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.0f}/{task.total:.0f} " + unit + ", {task.fields[left]} left"),
+        TimeElapsedColumn(),
+        _EtaColumn(),
+        console=console,
+        transient=True,
+    ) as prog:
+        task = prog.add_task(description, total=1, left="?", count=None, at=0.0)
+
+        def update(count: Count) -> None:
+            prog.update(
+                task, total=count.total, completed=count.done, left=count.left, count=count,
+                at=time.monotonic(),
+            )  # fmt: skip
+
+        yield update
+
+
+class _EtaColumn(ProgressColumn):
+    """``ETA 11m50s`` from the last Count's estimate, counted down between updates."""
+
+    def render(self, task: Task) -> Text:
+        count = task.fields.get("count")
+        eta = _eta_now(count, task.fields["at"]) if isinstance(count, Count) else None
+        return Text(f"ETA {duration_text(eta)}", style="progress.remaining")
+
+
+class _CountLines:
+    """The off-terminal lines of ``count_progress``, printed by updates and a heartbeat thread."""
+
+    def __init__(self, description: str, unit: str) -> None:
+        self.description, self.unit = description, unit
+        self.lock = threading.Lock()
+        self.count: Count | None = None
+        self.at = self.said_at = 0.0
+        self.said: Count | None = None
+
+    def say(self, text: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {self.description}: {text}"
+        print(line, file=sys.stderr, flush=True)
+
+    def update(self, count: Count) -> None:
+        with self.lock:
+            self.count, self.at = count, time.monotonic()
+            due = self.said is None or self.at - self.said_at >= COUNT_GAP_S
+            if due or count.left == 0:
+                self._say_count()
+
+    def tick(self) -> None:
+        """Say what an update held back, once the gap has passed, or the countdown."""
+        with self.lock:
+            if self.count is None or self.count.left == 0:
+                return
+            since = time.monotonic() - self.said_at
+            if (self.said is not self.count and since >= COUNT_GAP_S) or since >= COUNT_HEARTBEAT_S:
+                self._say_count()
+
+    def _say_count(self) -> None:
+        count = self.count
+        assert count is not None
+        eta = duration_text(_eta_now(count, self.at))
+        self.say(f"{count.done}/{count.total} {self.unit} done, {count.left} left, ETA {eta}")
+        self.said, self.said_at = count, time.monotonic()
+
+
+@contextmanager
+def _count_lines(description: str, unit: str) -> Iterator[CountFn]:
+    lines = _CountLines(description, unit)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(1.0):
+            lines.tick()
+
+    t0 = time.monotonic()
+    thread = threading.Thread(target=beat, name="progress-lines", daemon=True)
+    thread.start()
+    try:
+        yield lines.update
+    finally:
+        stop.set()
+        thread.join()
+    lines.say(f"done in {time.monotonic() - t0:.1f} s")
