@@ -156,7 +156,8 @@ class StageCounters:
     memory_bytes: float
     """Its workers' proportional memory (PSS) plus its input buffer, bytes, now."""
     restarts: int
-    """Workers that died and were replaced."""
+    """Workers that died unasked (killed or crashed; their task is redone), each replaced
+    unless it was being retired."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -1,7 +1,8 @@
 """The live pipeline's worker pool as its coordinator sees it: starting and retiring worker
 processes to match the allocation, and handling what they report. A finished task adds to the
 stage counters and moves its chunk on; a failure becomes the error the consumer raises; a death
-redoes the task (its input is still there) and replaces the worker, counting a restart.
+redoes the task (its input is still there) and replaces the worker, counting a restart (also
+for a worker that dies while being retired: its death is counted, not replaced).
 ``Pipeline`` mixes ``WorkerPool`` in; the state it reads is declared here and in ``Dispatcher``
 and initialised there."""
 
@@ -29,7 +30,8 @@ class WorkerPool(Dispatcher):
     _free_ids: Iterator[int]
 
     def worker_pids(self) -> dict[str, list[int]]:
-        """Live workers' pids by segment label (e.g. ``read+dense``)."""
+        """Pids of the workers serving each segment (label e.g. ``read+dense``), not counting
+        retiring ones; a worker that just died is listed until the coordinator reaps it."""
         with self._lock:
             out: dict[str, list[int]] = {}
             for w in self._workers:
@@ -83,16 +85,18 @@ class WorkerPool(Dispatcher):
             w.conn.send(msg)
 
     def _reap(self, w: WorkerProc) -> None:
-        """A worker exited: redo its task, replace it unless it was retiring."""
+        """A worker exited: redo its task; count a death (any exit not asked for: a retiring
+        worker is asked once its task is done, and exits 0) and replace it unless retiring."""
         w.proc.join(timeout=1)
         self._workers.remove(w)
         w.conn.close()
+        died = not w.retiring or w.task is not None or w.proc.exitcode != 0
         if w.task is not None:
             self._requeue(w.task)
-        if not w.retiring:
+        if died:
             self._stats[w.segment[0]].restarts += 1
-            if w.segment in self._segment_workers(self._target):
-                self._spawn(w.segment)
+        if not w.retiring and w.segment in self._segment_workers(self._target):
+            self._spawn(w.segment)
 
     def _requeue(self, chunk: Chunk) -> None:
         """The chunk goes back where it was; what its dead attempt wrote is dropped."""
