@@ -53,7 +53,7 @@ def _script(tmp: Path, name: str, body: str) -> Path:
 
 def _tag(pid: int) -> str:
     """The name prefix of the emulated machines process ``pid`` makes (others' runs may be on)."""
-    return f"{netem.PREFIX}{pid % 10000}x"
+    return netem.tag_of(pid)
 
 
 def _mentioning(text: str) -> list[int]:
@@ -270,7 +270,10 @@ def test_ctrl_c_kills_every_rank_and_removes_the_machines(tmp_path: Path) -> Non
 
 @pytest.mark.skipif(NO_NETEM is not None, reason=f"emulated nodes: {NO_NETEM}")
 def test_a_cleanup_sweep_spares_the_machines_of_a_running_launch() -> None:
-    with netem.EmulatedNetwork(2, "1gbit", run_id=7311) as net:
+    owner = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                           capture_output=True, text=True, check=True)  # fmt: skip
+    # a network whose owner has exited: only the rank running inside keeps it alive
+    with netem.EmulatedNetwork(2, "1gbit", run_id=int(owner.stdout)) as net:
         rank = subprocess.Popen(net.nodes[1].command([sys.executable, "-c", "import time; "
                                                       "time.sleep(30)"]))  # fmt: skip
         try:

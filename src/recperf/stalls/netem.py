@@ -1,7 +1,9 @@
 """Emulated machines on one host: a network namespace per node, joined through a bridge by veth
-pairs, each node's uplink shaped to a bandwidth with ``tc`` (tbf). Every name carries the
-``rp`` prefix and a run id, and everything is removed on exit, on error, or by ``cleanup()``
-(which removes leftovers of killed runs). Needs root (CAP_NET_ADMIN)."""
+pairs, each node's uplink shaped to a bandwidth with ``tc`` (tbf). Every name starts with the
+tag of the run that made it, ``rp`` + the owning process's pid + ``x`` (``tag_of``), and
+everything is removed on exit, on error, or by ``cleanup()``, which removes the leftovers of
+killed runs and spares a network whose owner, or any process inside it, still lives. Needs root
+(CAP_NET_ADMIN)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,9 @@ from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, RecperfError
 
 PREFIX = "rp"
+_TAG = re.compile(r"^rp(\d+)x")
+PID_MAX = 1 << 22
+"""Linux's largest pid: ``rp4194304xh199`` (a node's veth) fits IFNAMSIZ's 15 characters."""
 _RATE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit)$")
 _UNIT = {"bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
 
@@ -36,6 +41,11 @@ def parse_bandwidth(text: str) -> float:
 
 class NetemError(RecperfError):
     """A command that sets up or tears down the emulated network failed."""
+
+
+def tag_of(owner_pid: int) -> str:
+    """The prefix of every namespace and link of the network process ``owner_pid`` makes."""
+    return f"{PREFIX}{owner_pid}x"
 
 
 def available() -> str | None:
@@ -68,15 +78,17 @@ class NodeNet:
 
 
 class EmulatedNetwork:
-    """``nodes`` namespaces on one bridge, each node's egress limited to ``bandwidth``."""
+    """``nodes`` namespaces on one bridge, each node's egress limited to ``bandwidth``; its
+    names carry ``run_id``, the pid of the process that owns it (by default this one)."""
 
     def __init__(self, nodes: int, bandwidth: str, run_id: int | None = None) -> None:
         check_range("nodes", nodes, 2, 200)
         self.bandwidth_bits = parse_bandwidth(bandwidth)
         self.bandwidth = bandwidth
         self.nodes_count = nodes
-        self.run_id = (os.getpid() % 10000) if run_id is None else run_id
-        self.tag = f"{PREFIX}{self.run_id}x"
+        self.run_id = os.getpid() if run_id is None else run_id
+        check_range("run_id", self.run_id, 1, PID_MAX)
+        self.tag = tag_of(self.run_id)
         self.bridge = f"{self.tag}br"
         self.nodes = [
             NodeNet(namespace=f"{self.tag}n{k}", address=f"10.{200 + self.run_id % 50}.0.{k + 1}")
@@ -122,9 +134,9 @@ class EmulatedNetwork:
 
 
 def leftovers(tag: str = PREFIX) -> tuple[list[str], list[str]]:
-    """Namespaces and links of one network (``tag`` such as ``rp12x``), or of every recperf
-    network (``rp`` + run id + ``x``) by default."""
-    mine = re.compile(r"^rp\d+x") if tag == PREFIX else re.compile(rf"^{re.escape(tag)}")
+    """Namespaces and links of one network (``tag`` such as ``rp1234x``, see ``tag_of``), or of
+    every recperf network by default."""
+    mine = _TAG if tag == PREFIX else re.compile(rf"^{re.escape(tag)}")
     ns_out = _run(["ip", "netns", "list"], check=False).stdout
     namespaces = [line.split()[0] for line in ns_out.splitlines() if line.strip()]
     link_out = _run(["ip", "-o", "link", "show"], check=False).stdout
@@ -132,24 +144,45 @@ def leftovers(tag: str = PREFIX) -> tuple[list[str], list[str]]:
     return [n for n in namespaces if mine.match(n)], [x for x in links if mine.match(x)]
 
 
-def _live_tags(namespaces: Sequence[str]) -> set[str]:
-    """Tags of the networks a process still runs in: a live run's, not a killed one's."""
-    tags = set()
+def _owner_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (a reused pid keeps a dead run's network until it ends)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _pids_in(namespace: str) -> bool:
+    """Whether any process runs inside ``namespace``."""
+    return bool(_run(["ip", "netns", "pids", namespace], check=False).stdout.strip())
+
+
+def _live_tags(namespaces: Sequence[str], links: Sequence[str]) -> set[str]:
+    """Tags of the networks of a live run: its owner lives (it may be between two runs, with
+    nobody inside), or a process still runs inside one of its namespaces."""
+    live = set()
+    for name in [*namespaces, *links]:
+        m = _TAG.match(name)
+        if m and m.group(0) not in live and _owner_alive(int(m.group(1))):
+            live.add(m.group(0))
     for ns in namespaces:
-        if _run(["ip", "netns", "pids", ns], check=False).stdout.strip():
-            m = re.match(r"^rp\d+x", ns)
-            tags.add(m.group(0) if m else ns)
-    return tags
+        m = _TAG.match(ns)
+        if m and m.group(0) not in live and _pids_in(ns):
+            live.add(m.group(0))
+    return live
 
 
 def cleanup(tag: str = PREFIX) -> int:
-    """Delete every namespace and link under ``tag``; by default every recperf one that no
-    process runs in any more (a killed run's, not the network of a run still going)."""
+    """Delete every namespace and link under ``tag``; by default every recperf one of a run
+    that is gone (its owner dead and nobody inside), not the network of a run still going."""
     if available() is not None:
         return 0
     namespaces, links = leftovers(tag)
     if tag == PREFIX:
-        live = _live_tags(namespaces)
+        live = _live_tags(namespaces, links)
         namespaces = [n for n in namespaces if not n.startswith(tuple(live))]
         links = [x for x in links if not x.startswith(tuple(live))]
     for ns in namespaces:
