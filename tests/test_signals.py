@@ -1,6 +1,7 @@
-"""Signals during real CLI runs leave nothing behind: SIGTERM and SIGINT unwind a command like
-Ctrl-C (one line ``interrupted``, exit 128 + signal, no traceback), and the processes, shared
-memory, namespaces and temporary files it made are gone; after a SIGKILL of the ingest
+"""Signals during real CLI runs leave nothing behind: SIGTERM, SIGINT and SIGHUP (a closed
+terminal or ssh session) unwind a command like Ctrl-C (one line ``interrupted``, exit 128 +
+signal, no traceback), also while its modules are still being imported, and the processes,
+shared memory, namespaces and temporary files it made are gone; after a SIGKILL of the ingest
 coordinator its workers exit by themselves and remove the pipeline's shared memory."""
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def _work_started(run: Run, cond: Callable[[], object], timeout_s: float, what: 
 
 
 def _interrupt(run: Run, sig: signal.Signals) -> None:
-    if sig == signal.SIGINT:  # as a terminal's Ctrl-C: to the whole process group
+    if sig in (signal.SIGINT, signal.SIGHUP):  # a terminal's Ctrl-C or hang-up: to the group
         os.killpg(run.proc.pid, sig)
     else:  # as kill(1), a supervisor or a batch system: to the command only
         run.proc.send_signal(sig)
@@ -151,6 +152,10 @@ def _check_interrupted(run: Run, sig: signal.Signals) -> None:
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     _until(lambda: not _alive(run.seen), 5, f"processes {_alive(run.seen)} to exit")
     assert _mentioning(str(run.tmp)) == []
+
+
+def _name(sig: signal.Signals) -> str:
+    return sig.name
 
 
 def _tmp_files(path: Path) -> list[str]:
@@ -239,7 +244,7 @@ def test_ingest_generate_sigterm_removes_temporary_shard(
     assert sorted(p.name for p in out.iterdir()) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=_name)
 def test_cluster_sweep_interrupted_stops_the_pool(
     start: Callable[[list[str]], Run], tmp_path: Path, sig: signal.Signals
 ) -> None:
@@ -258,19 +263,64 @@ def test_cluster_sweep_interrupted_stops_the_pool(
 
 
 @pytest.mark.skipif(netem.available() is not None, reason=f"netem: {netem.available()}")
-def test_stalls_profile_sigterm_removes_namespaces_and_ranks(
-    start: Callable[[list[str]], Run], tmp_path: Path
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=_name)
+def test_stalls_profile_interrupted_removes_namespaces_and_ranks(
+    start: Callable[[list[str]], Run], tmp_path: Path, sig: signal.Signals
 ) -> None:
     out = tmp_path / "prof"
     run = start(["stalls", "profile", "--nodes", "2", "--ranks", "2", "--iters", "50",
                  "--out", str(out)])  # fmt: skip
-    tag = f"{netem.PREFIX}{run.proc.pid % 10000}x"
+    tag = netem.tag_of(run.proc.pid)
 
     def ranks_in_namespaces() -> bool:
         return bool(netem.leftovers(tag)[0]) and len(_mentioning(str(tmp_path))) >= 2
 
     _work_started(run, ranks_in_namespaces, 90, "ranks running in emulated nodes")
-    run.proc.send_signal(signal.SIGTERM)
-    _check_interrupted(run, signal.SIGTERM)
+    _interrupt(run, sig)
+    _check_interrupted(run, sig)
     assert netem.leftovers(tag) == ([], [])
     assert _tmp_files(tmp_path) == []
+
+
+@pytest.mark.skipif(netem.available() is not None, reason=f"netem: {netem.available()}")
+def test_stalls_launch_sighup_removes_namespaces_and_ranks(
+    start: Callable[[list[str]], Run], tmp_path: Path
+) -> None:
+    # a user's training command that runs long: the ranks mention tmp_path in their arguments
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)", str(tmp_path)]
+    run = start(["stalls", "launch", "--nodes", "2", "--ranks", "2", "--out",
+                 str(tmp_path / "launch"), "--", *sleeper])  # fmt: skip
+    tag = netem.tag_of(run.proc.pid)
+
+    def ranks_in_namespaces() -> bool:
+        return bool(netem.leftovers(tag)[0]) and len(_mentioning(str(tmp_path))) >= 2
+
+    _work_started(run, ranks_in_namespaces, 90, "ranks running in emulated nodes")
+    _interrupt(run, signal.SIGHUP)
+    _check_interrupted(run, signal.SIGHUP)
+    assert netem.leftovers(tag) == ([], [])
+    assert _tmp_files(tmp_path) == []
+
+
+def _catches(pid: int, sigs: tuple[signal.Signals, ...]) -> bool:
+    """Whether process ``pid`` has handlers installed for all of ``sigs`` (/proc's SigCgt)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(ln for ln in status.splitlines() if ln.startswith("SigCgt:")).split()[1], 16)
+    return all(mask >> (s - 1) & 1 for s in sigs)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=_name)
+def test_a_signal_while_the_cli_imports_is_one_line(
+    start: Callable[[list[str]], Run], tmp_path: Path, sig: signal.Signals
+) -> None:
+    # the handlers go in first in main(); the app and the command's modules load after them
+    run = start(["embed", "stats", "--trace", "uniform", "--rows", "1000", "--batch-lookups",
+                 "100", "--top-k", "10", "--out", str(tmp_path / "out")])  # fmt: skip
+    _until(lambda: _catches(run.proc.pid, (signal.SIGTERM, signal.SIGHUP)), 30, "the handlers")
+    assert "torch" not in Path(f"/proc/{run.proc.pid}/maps").read_text()  # still importing
+    _interrupt(run, sig)
+    _check_interrupted(run, sig)
+    assert not (tmp_path / "out" / "summary.json").exists()

@@ -42,3 +42,28 @@ def test_help_and_a_bare_group_still_print_the_help() -> None:
     res = run("cluster")
     assert res.returncode == 2 and "simulate" in res.stdout + res.stderr
     assert "error:" not in res.stderr
+
+
+HEAVY = ("torch", "pyarrow", "pandas", "plotly", "ray", "triton")
+"""Modules only the commands that use them may import."""
+
+
+@pytest.mark.parametrize("args", [["version"], ["--help"], ["cluster", "--help"],
+                                  ["ingest", "generate", "--help"], ["embed", "--help"]])  # fmt: skip
+def test_version_and_help_import_no_heavy_module(args: list[str]) -> None:
+    code = (
+        "import sys\nfrom recperf.cli.main import main\n"
+        f"sys.argv = ['recperf', *{args!r}]\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == "[]", res.stdout[-400:]
+
+
+def test_python_dash_m_still_runs_the_cli() -> None:
+    res = subprocess.run([sys.executable, "-m", "recperf.cli.main", "version"],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0 and res.stdout.strip() == __import__("recperf").__version__

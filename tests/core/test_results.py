@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from recperf.core.errors import OutputError
 from recperf.core.results import atomic_path, dumps_json, write_json, write_parquet, write_text
 
 
@@ -84,7 +85,7 @@ def test_write_files_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.Monke
         return real(fd, *args, **kwargs)
 
     monkeypatch.setattr(results.os, "fdopen", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OutputError, match=r"a\.json: cannot write: no space left on device$"):
         results.write_files(tmp_path, {"a.html": "new a", "a.json": "new j"})
     assert (tmp_path / "a.html").read_text() == "old a"  # the previous set, whole
     assert (tmp_path / "a.json").read_text() == "old j"
@@ -92,3 +93,50 @@ def test_write_files_is_all_or_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.undo()
     written = results.write_files(tmp_path, {"a.html": "new a", "a.json": "new j"})
     assert [p.read_text() for p in written] == ["new a", "new j"]
+
+
+def test_a_full_disk_is_one_output_error_and_leaves_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(self: Path, *args: Any, **kwargs: Any) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OutputError, match=r"summary\.json: cannot write: no space left on device$"):
+        write_json(tmp_path / "summary.json", {"a": 1})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_temporary_names_hold_the_process_id(tmp_path: Path) -> None:
+    import os
+
+    with atomic_path(tmp_path / "x.json") as tmp:
+        assert tmp.name.startswith(f".x.json.{os.getpid()}.") and tmp.name.endswith(".tmp")
+        tmp.write_text("1")
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
+
+
+def test_a_directory_held_by_another_run_is_refused(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from recperf.core.results import exclusive_dir
+
+    holder = subprocess.Popen(  # another process holding the directory
+        [sys.executable, "-c", "import sys, time\nfrom recperf.core.results import exclusive_dir\n"
+         f"with exclusive_dir({str(tmp_path)!r}):\n    print('held', flush=True)\n"
+         "    time.sleep(60)"], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with (
+            pytest.raises(OutputError, match="another run is writing into this directory"),
+            exclusive_dir(tmp_path),
+        ):
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with exclusive_dir(tmp_path):  # free again once the holder is gone
+        pass
+    assert list(tmp_path.iterdir()) == []

@@ -26,7 +26,6 @@ from recperf.cluster.base import PLACEMENTS, SCHEDULERS, TRACE_LOADERS
 from recperf.cluster.engine import check_fits
 from recperf.cluster.limits import MAX_SWEEP_RUNS
 from recperf.cluster.outcome import EngineConfig
-from recperf.cluster.sweep import Sweep, SweepInterrupted, run_sweep, split_trace, write_sweep
 from recperf.cluster.topology import load_cluster, preset_names
 from recperf.cluster.traces import BUNDLED
 from recperf.cluster.traces.synthetic import SyntheticConfig
@@ -280,6 +279,8 @@ SWEEP_METRICS = ("makespan_s", "jct_mean_s", "jct_p95_s", "comm_overhead_frac")
 
 def sweep_table_rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The grouped summary as table cells: ok/total runs and ``mean ± std`` over the seeds."""
+    from recperf.cluster.sweep import split_trace
+
     rows = []
     for g in groups:
         name = split_trace(g["trace"])[0]  # a TOML path would crowd out the trace name
@@ -369,6 +370,8 @@ def sweep_cmd(
     (their errors are in sweep.json and on stderr; the other runs' results are still written),
     2 for bad input.
     """
+    from recperf.cluster.sweep import Sweep, SweepInterrupted, run_sweep, split_trace, write_sweep
+
     names = parse_names(schedulers, "--schedulers")
     check_range("--max-runs", max_runs, 1, 10**9)
     if seed_count(seeds) > max_runs:  # before listing them: 0-10000000000 would exhaust memory

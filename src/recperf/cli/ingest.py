@@ -16,8 +16,7 @@ from recperf.cli.options import Flag, Settings, command
 from recperf.core.config import from_mapping
 from recperf.core.errors import ConfigError
 from recperf.core.progress import progress_from_first_update
-from recperf.ingest.data.criteo import FORMATS, MAX_ROWS, GenerateConfig, generate
-from recperf.ingest.live.batch import PipelineConfig
+from recperf.ingest.data.limits import FORMATS, MAX_ROWS
 
 app = typer.Typer(
     help="DLRM training-data ingestion: data, the live pipeline, tuners.", no_args_is_help=True
@@ -57,6 +56,8 @@ def generate_cmd(
     ),
 ) -> None:
     """Generate synthetic Criteo-format rows (label, I1..I13, C1..C26) as Parquet or TSV."""
+    from recperf.ingest.data.criteo import GenerateConfig, generate
+
     config = GenerateConfig(
         rows=_rows(rows),
         shards=shards,
@@ -198,6 +199,7 @@ def run_cmd(
     """Run the live pipeline and report throughput, per-stage metrics, hand-off and consumer
     CPU."""
     from recperf.ingest import api
+    from recperf.ingest.live.batch import PipelineConfig
 
     cfg = from_mapping(PipelineConfig, settings.resolve(["pipeline"])["pipeline"], "pipeline")
     with progress_from_first_update(f"running the pipeline for {seconds:g} s") as bar:
@@ -246,6 +248,7 @@ def tune_cmd(
     """Tune the live pipeline's cuts and workers; write the allocation `run --alloc` reads."""
     from recperf.ingest import api
     from recperf.ingest.base import Measurement
+    from recperf.ingest.live.batch import PipelineConfig
 
     opts = settings.resolve(["pipeline", tuner], {"tuner": tuner})
     cfg = from_mapping(PipelineConfig, opts["pipeline"], "pipeline")

@@ -1,66 +1,38 @@
-"""The ``recperf`` entry point: registers the command groups and the ``report`` command."""
+"""The ``recperf`` entry point. Its signal handlers go in before anything heavy is imported, so
+Ctrl-C, SIGTERM or a closed terminal (SIGHUP) at any moment, even while a command's modules are
+still loading, unwinds the command and prints one line. Only the standard library is imported at
+the top; the typer app lives in ``recperf.cli.app`` (``recperf.cli.main.app`` still names it)."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
 import sys
-from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import typer
-from typer._click import exceptions as click_exceptions  # typer ships its own click
+if TYPE_CHECKING:
+    import typer
 
-from recperf import __version__
-from recperf.cli import cluster, embed, ingest, stalls
-from recperf.cli.common import err_console
-from recperf.cli.options import Settings, check_out_dir, command
-from recperf.core.progress import progress_bar
-
-app = typer.Typer(
-    help="recperf: make DLRM inference, data ingestion and distributed training fast and cheap.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(cluster.app, name="cluster")
-app.add_typer(ingest.app, name="ingest")
-app.add_typer(stalls.app, name="stalls")
-app.add_typer(embed.app, name="embed")
-
-
-@command(
-    app, "report", writes="report.html and report.json (default out/report)",
-    json_help="Print report.json (every section's figures) to stdout.",
-)  # fmt: skip
-def report_cmd(settings: Settings) -> None:
-    """Run every capability on its embedded default and write one self-contained HTML report."""
-    from recperf.report import build_report
-
-    out = settings.out or Path("out/report")
-    check_out_dir(out)
-    with progress_bar("building report") as bar:
-        path = build_report(out, progress=bar)
-    if settings.json:
-        typer.echo((out / "report.json").read_text(encoding="utf-8"), nl=False)
-    err_console.print(f"report written to {path.resolve()}", markup=False, highlight=False)
-
-
-@app.command("version")
-def version_cmd() -> None:
-    """Print the recperf version."""
-    typer.echo(__version__)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What unwinds a command like Ctrl-C: an interrupt, a kill(1) or batch system, a closed
+terminal or ssh session."""
 
 
 def main() -> None:
-    """Run the app; SIGINT and SIGTERM unwind it like Ctrl-C (every ``finally`` and context
-    manager cleans up: workers, shared memory, namespaces, temporary files), then print one
-    line ``interrupted`` and exit 128 + the signal's number (130, 143)."""
+    """Run the app; SIGINT, SIGTERM and SIGHUP unwind it like Ctrl-C (every ``finally`` and
+    context manager cleans up: workers, shared memory, namespaces, temporary files), then print
+    one line ``interrupted`` and exit 128 + the signal's number (130, 143, 129)."""
     _catch_signals()
     try:
-        rc = app(standalone_mode=False)
-    except click_exceptions.UsageError as exc:  # a flag click cannot parse: one line, like ours
-        _usage_error(exc)
-    except KeyboardInterrupt:  # raised outside typer's own handling of it
+        from typer._click import exceptions as click_exceptions  # typer ships its own click
+
+        from recperf.cli.app import app
+
+        try:
+            rc = app(standalone_mode=False)
+        except click_exceptions.UsageError as exc:  # a flag click cannot parse: one line
+            _usage_error(exc)
+    except KeyboardInterrupt:  # while importing, or raised outside typer's own handling of it
         _interrupted()
     except SystemExit:
         if _received is not None:
@@ -69,6 +41,15 @@ def main() -> None:
     if _received is not None:  # typer turned the interrupt into exit code 130
         _interrupted()
     raise SystemExit(rc if isinstance(rc, int) else 0)
+
+
+def __getattr__(name: str) -> Any:
+    """``recperf.cli.main.app``: the typer app, imported when first asked for."""
+    if name == "app":
+        from recperf.cli.app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _usage_error(exc: Exception) -> NoReturn:
@@ -84,7 +65,7 @@ def _usage_error(exc: Exception) -> NoReturn:
 
 
 _received: int | None = None
-"""The first SIGINT or SIGTERM received, once one has been."""
+"""The first of SIGNALS received, once one has been."""
 
 
 def _on_signal(signum: int, frame: object) -> None:
@@ -96,19 +77,25 @@ def _on_signal(signum: int, frame: object) -> None:
 
 
 def _catch_signals() -> None:
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(sig) is not signal.SIG_IGN:  # a shell's background job: keep ignoring
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup, a shell's background job: keep
             signal.signal(sig, _on_signal)
 
 
 def _interrupted() -> NoReturn:
     """One line on stderr and the shell's exit code for a death by that signal."""
     signum = _received or signal.SIGINT
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write("interrupted\n" if signum == signal.SIGINT else "interrupted (SIGTERM)\n")
+    line = (
+        "interrupted" if signum == signal.SIGINT else f"interrupted ({signal.Signals(signum).name})"
+    )
+    with contextlib.suppress(OSError, ValueError):  # a closed terminal: nothing to write to
+        sys.stderr.write(line + "\n")
         sys.stderr.flush()
     raise SystemExit(128 + signum)
 
+
+if TYPE_CHECKING:
+    app: typer.Typer
 
 if __name__ == "__main__":
     main()

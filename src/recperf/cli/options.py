@@ -22,6 +22,7 @@ import typer
 from recperf.cli.common import STDOUT, one_line_errors
 from recperf.core.config import Options, load_toml, parse_sets
 from recperf.core.errors import ConfigError
+from recperf.core.files import check_input, check_name
 from recperf.core.results import dumps_json, write_json
 
 OutKind = Literal["required", "optional", "none"]
@@ -67,9 +68,9 @@ class Settings:
     """Its tables, by scope."""
     sets: tuple[str, ...] = ()
     """The raw --set pairs."""
-    flags: Mapping[tuple[str, str], Any] = field(default_factory=dict)
     aliases: tuple[tuple[str, str], ...] = ()
     """(flag, SCOPE.KEY=VALUE) pairs that alias flags (``--opt``, ``--option``) stand for."""
+    flags: Mapping[tuple[str, str], Any] = field(default_factory=dict)
     """Shortcut flags given: (scope, key) -> value."""
     out: Path | None = None
     """The --out directory (or file, for commands that write one file)."""
@@ -147,7 +148,6 @@ def _flag_name(key: str) -> str:
     return f"--{key.replace('_', '-')}"
 
 
-def check_out_dir(out: Path) -> None:
 def _agree(
     said: dict[tuple[str, str], tuple[str, Any]], at: tuple[str, str], source: str, value: Any
 ) -> None:
@@ -170,7 +170,9 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def check_out_dir(out: Path) -> None:
     """Fail before any work when ``out`` cannot hold results (a file, unwritable, /proc ...)."""
+    check_name(out, "--out")
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: exists and is not a directory")
     try:
@@ -289,11 +291,11 @@ def _settings(kwargs: dict[str, Any], flags: Sequence[Flag], out_is_dir: bool) -
     config: Path | None = kwargs.pop("config_file", None)
     given = {(f.scope, f.key): v for f in flags if (v := kwargs.pop(f.param)) is not None}
     if out is not None:
-        check_out_dir(out if out_is_dir else out.parent)
+        check_out_dir(out if out_is_dir else check_name(out, "--out").parent)
     STDOUT.json = bool(kwargs.get("json_out"))
     return Settings(
         config=config,
-        tables=load_toml(config) if config is not None else {},
+        tables=load_toml(check_input(config, "--config")) if config is not None else {},
         sets=tuple(kwargs.pop("set_pairs", None) or ()),
         flags=given,
         out=out,

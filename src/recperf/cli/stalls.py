@@ -12,6 +12,7 @@ from recperf.cli.common import err_console, one_line_errors, print_table
 from recperf.cli.options import Flag, Settings, command
 from recperf.core.config import from_mapping, load_json_object
 from recperf.core.errors import ConfigError
+from recperf.core.files import check_input
 from recperf.core.progress import progress_bar
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ FIGURES = (
 
 
 def _summary_file(directory: Path) -> dict[str, Any]:
+    check_input(directory, "--profile", want="any")
     path = directory / "summary.json" if directory.is_dir() else directory
     data = load_json_object(path, "a profile summary")
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from recperf.cluster.traces.synthetic import SyntheticConfig, SyntheticTrace
 from recperf.core import exact
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError, RecperfError, RegistryError, TraceFormatError
+from recperf.core.files import TRACE_MAX_BYTES, check_input, check_name
 from recperf.core.progress import ProgressFn
 from recperf.core.registry import Registry
 from recperf.core.results import write_json, write_parquet
@@ -87,8 +89,8 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
             )
         fmt, path = bundled.format, bundled_path(bundled)
     else:
-        path = Path(spec.trace)
-        if not spec.trace.strip() or not path.exists():  # Path("") is the current directory
+        path = check_name(spec.trace, "--trace")
+        if not spec.trace.strip() or not os.path.exists(path):  # Path("") is the current dir
             raise ConfigError(
                 f"trace {spec.trace!r} is neither a file nor a bundled name; "
                 f"bundled: {', '.join(BUNDLED)}"
@@ -100,6 +102,7 @@ def resolve_loader(spec: RunSpec) -> tuple[TraceLoader, Path | None]:
         fmt = spec.format
         if fmt == "synthetic":
             raise ConfigError(f"--format synthetic generates jobs; it reads no file ({path})")
+        check_input(path, "--trace", max_bytes=TRACE_MAX_BYTES, want="any")  # philly: a dir
     if fmt == "synthetic":
         return SyntheticTrace(spec.synthetic), None
     options = spec.trace_options.get(fmt)

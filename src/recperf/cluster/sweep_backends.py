@@ -20,6 +20,7 @@ import numpy as np
 from recperf.cluster.api import RunSpec, run_summary, simulate
 from recperf.cluster.metrics import job_columns
 from recperf.core.errors import ConfigError
+from recperf.core.pools import start_pool_helpers
 
 RUN_KEYS = ("trace", "cluster", "scheduler", "congestion", "seed")
 MAX_ERROR_CHARS = 300
@@ -123,6 +124,7 @@ def _pool_pass(
     """One pool over ``todo``; returns the runs lost to a broken pool, in submission order."""
     # fork is unsafe in a process with threads (rich, pyarrow); forkserver/spawn start clean.
     method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    start_pool_helpers(method)  # a closed terminal's SIGHUP must not kill them under the pool
     pool = ProcessPoolExecutor(
         max_workers=workers, mp_context=mp.get_context(method), initializer=_worker_init
     )
@@ -148,9 +150,10 @@ def _pool_pass(
 
 
 def _worker_init() -> None:
-    """A pool worker ignores Ctrl-C (the terminal sends it to the whole process group): the
-    parent owns shutdown, and a worker's KeyboardInterrupt traceback is noise."""
+    """A pool worker ignores Ctrl-C and a hang-up (the terminal sends them to the whole process
+    group): the parent owns shutdown, and a worker's KeyboardInterrupt traceback is noise."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 def _terminate_workers(pool: ProcessPoolExecutor) -> None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import os
 from importlib import resources
 from pathlib import Path
 
 from recperf.cluster.tree import Tree, from_paths
 from recperf.core.errors import ConfigError, RecperfError, TraceFormatError
+from recperf.core.files import check_input, check_name
 
 HOST_LISTS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Alibaba Lingjun 2023 (Crux, SIGCOMM '24; Apache-2.0): 847 hosts under 119 ToRs (a ToR is
@@ -40,14 +42,14 @@ def default_tiers(topology: str) -> tuple[str, ...]:
 def _host_file(topology: str) -> Path:
     if topology in HOST_LISTS:
         return bundled(HOST_LISTS[topology][0])
-    path = Path(topology)
-    if not path.is_file():
+    path = check_name(topology, "topology")
+    if not os.path.lexists(path):
         allowed = ", ".join([*HOST_LISTS, *GPU_COUNTS])
         raise ConfigError(
             f"topology {topology!r} is neither a bundled topology nor a file; allowed: "
             f"{allowed} or a CSV with one row per host"
         )
-    return path
+    return check_input(path, "topology")
 
 
 def _read(path: Path) -> str:

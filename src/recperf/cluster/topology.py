@@ -10,6 +10,7 @@ Placement levels are 0 (one GPU), 1 (one machine), ``1 + t`` (under one tier-``t
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -22,6 +23,7 @@ from recperf.cluster import topologies
 from recperf.cluster.tree import Tree, uniform
 from recperf.core.config import check_range, from_mapping, load_toml
 from recperf.core.errors import ConfigError
+from recperf.core.files import check_input, check_name
 
 MAX_GPUS = 10_000_000
 """The largest cluster simulated."""
@@ -345,11 +347,11 @@ def load_cluster(spec: str) -> Cluster:
         return PRESETS[spec]
     if spec in TREE_PRESETS:
         return from_mapping(Cluster, {"name": spec, **TREE_PRESETS[spec]}, source=spec)
-    path = Path(spec)
-    if path.is_dir():
+    path = check_name(spec, "--cluster")
+    if os.path.isdir(path):
         raise ConfigError(f"cluster {spec!r} is a directory; allowed: {_allowed()}")
-    if path.suffix == ".toml" or path.exists():
-        data = load_toml(path)
+    if path.suffix == ".toml" or os.path.lexists(path):
+        data = load_toml(check_input(path, "--cluster"))
         table = data.get("cluster", data)
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: [cluster] must be a table")
@@ -357,7 +359,7 @@ def load_cluster(spec: str) -> Cluster:
         topo = table.get("topology")
         if isinstance(topo, str) and topo and not Path(topo).is_absolute():
             beside = path.parent / topo
-            if beside.exists():
+            if os.path.exists(beside):
                 table["topology"] = str(beside)
         return from_mapping(Cluster, table, source=str(path))
     raise ConfigError(f"unknown cluster {spec!r}; allowed: {_allowed()}")

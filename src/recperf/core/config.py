@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recperf.core.errors import ConfigError
+from recperf.core.files import check_input
 
 C = TypeVar("C")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; a syntax error becomes a one-line ConfigError naming the file."""
-    p = Path(path)
+    p = check_input(path, "TOML file")
     try:
         with p.open("rb") as fh:
             return tomllib.load(fh)
@@ -40,7 +41,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 def load_json_object(path: str | Path, what: str) -> dict[str, Any]:
     """A JSON file holding one object; unreadable, not JSON or not an object is one ConfigError
     ``PATH: not WHAT: why``."""
-    p = Path(path)
+    p = check_input(path, what)
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
@@ -90,10 +91,10 @@ def _coerce(value: Any, tp: Any, where: str, typed: bool = False) -> Any:
             except ConfigError as exc:
                 errors.append(str(exc))
         raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
-    if origin is tuple:
     if typed and isinstance(value, str) and (origin is tuple or tp in _TYPE_NAMES):
         kind = "a list" if origin is tuple else _TYPE_NAMES[tp]
         raise ConfigError(f"{where}: expected {kind}, got the string {value!r}")
+    if origin is tuple:
         args = typing.get_args(tp)
         if isinstance(value, str):  # "1,2" or "[1, 2]"
             text = value.strip()
@@ -144,11 +145,11 @@ def _coerce(value: Any, tp: Any, where: str, typed: bool = False) -> Any:
     return value
 
 
-def required_keys(cls: type[Any]) -> list[str]:
 _TYPE_NAMES: dict[Any, str] = {bool: "true or false", int: "an integer", float: "a number"}
 """How an error names the scalar types a typed (TOML) string is refused for."""
 
 
+def required_keys(cls: type[Any]) -> list[str]:
     """The init fields of dataclass ``cls`` that have no default."""
     return [
         f.name

@@ -13,6 +13,15 @@ class ConfigError(RecperfError):
     """A configuration value is missing, of the wrong type or out of range."""
 
 
+class InputFileError(ConfigError):
+    """An input path that is not a readable regular file (or directory) of a sensible size."""
+
+
+class OutputError(RecperfError):
+    """A result cannot be written (a full disk, a read-only file system) or its directory is
+    being written by another run."""
+
+
 class RegistryError(RecperfError):
     """A name or ``module:attr`` reference that does not resolve to a registered plug-in."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import pickle
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import torch
 
 from recperf.core import exact
 from recperf.core.errors import ConfigError, TraceFormatError
+from recperf.core.files import TRACE_MAX_BYTES, check_input
 
 DEFAULT_ROWS = 500_000
 MAX_ROWS = 100_000_000
@@ -99,6 +101,8 @@ def _row_counts(
 
 
 def _read_bytes(path: str | Path) -> bytes:
+    if os.path.lexists(path):  # a missing file: the read below says so, as TraceFormatError
+        check_input(path, "embedding trace", max_bytes=TRACE_MAX_BYTES)
     try:
         data = Path(path).read_bytes()
         return gzip.decompress(data) if data[:2] == _GZIP_MAGIC else data

@@ -4,6 +4,7 @@ pipeline for a while and summarise it, or tune its allocation and write the resu
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -12,6 +13,7 @@ from typing import Any
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, RecperfError
+from recperf.core.files import check_name
 from recperf.core.results import write_json
 from recperf.ingest.base import Allocation, Measurement, check_cores
 from recperf.ingest.live.batch import PipelineConfig
@@ -53,8 +55,8 @@ def resolve_allocation(alloc: str | Path, pipeline_stages: tuple[str, ...]) -> A
     """``fused``, ``even``, ``auto`` or an allocation TOML file."""
     if str(alloc) in ("fused", "even", "auto"):
         return str(alloc)
-    path = Path(alloc)
-    if not path.is_file():
+    path = check_name(alloc, "--alloc")
+    if not os.path.lexists(path):
         raise ConfigError(f"--alloc {alloc}: expected fused, even, auto or an allocation TOML file")
     return read_allocation(path, pipeline_stages)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
+from recperf.core.results import atomic_path
 from recperf.stalls.catalog import GpuModel, Instance, load_gpu_models, load_instances, pareto_front
 from recperf.stalls.commmodel import PARAMS, CommModel, exposed_stall_s
 
@@ -424,10 +424,7 @@ def pareto_figure(advice: Advice) -> Any:
 def write_pareto_html(advice: Advice, path: Path | str) -> Path:
     """Write the Pareto figure as standalone HTML (plotly.js inlined), atomically."""
     final = Path(path)
-    tmp = final.with_name(final.name + ".tmp")
-    try:
-        pareto_figure(advice).write_html(str(tmp), include_plotlyjs=True)
-        os.replace(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
+    figure = pareto_figure(advice)
+    with atomic_path(final) as tmp:
+        figure.write_html(str(tmp), include_plotlyjs=True)
     return final

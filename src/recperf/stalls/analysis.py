@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import ConfigError
+from recperf.core.files import TRACE_MAX_BYTES, check_input
 from recperf.stalls.commmodel import CommSample
 from recperf.stalls.netem import parse_bandwidth
 from recperf.stalls.profiler import ANNOTATION, TRACE_FORMAT, TRACE_FORMATS
@@ -230,6 +231,7 @@ def check_trace(trace: Any, source: str) -> dict[str, Any]:
 
 def load_trace(path: Path) -> dict[str, Any]:
     """One rank's trace file, checked by ``check_trace``; unreadable JSON is one ConfigError."""
+    check_input(path, "stall trace", max_bytes=TRACE_MAX_BYTES)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

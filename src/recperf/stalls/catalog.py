@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recperf.core.errors import ConfigError, TraceFormatError
+from recperf.core.files import check_present
 
 INSTANCE_COLUMNS = ("instance", "gpus", "gpu_model", "gpu_mem_gib", "intra_node_link",
                     "network_gbps", "usd_per_hour")  # fmt: skip
@@ -56,6 +57,7 @@ POSITIVE = ("gpu_mem_gib", "network_gbps", "usd_per_hour")
 
 
 def _rows(path: Path | str, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
+    check_present(path, "catalog table")
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
@@ -132,7 +134,7 @@ def load_catalog(
     ``spot`` and a bandwidth table ``links`` (default: the bundled one)."""
     from recperf.stalls import skypilot
 
-    if path is not None and skypilot.is_skypilot(path):
+    if path is not None and skypilot.is_skypilot(check_present(path, "--catalog")):
         instances, report = skypilot.load_skypilot(
             path, gpu_models, region=region, spot=spot, links=skypilot.load_links(links)
         )

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import ConfigError
+from recperf.core.files import check_input
 from recperf.stalls.chakra_schema import (
     ALL_REDUCE,
     SCHEMA_VERSION,
@@ -230,6 +231,7 @@ def export_chakra(profile: Path, out: Path, config: ExportConfig) -> ChakraExpor
     from recperf.core.results import atomic_path
     from recperf.stalls.spec import RunSpec
 
+    check_input(profile, "--profile", want="any")
     if profile.is_file() and profile.name == "summary.json":
         profile = profile.parent
     run_dir = pick_run(profile, config.run)

@@ -19,6 +19,7 @@ from typing import Any, TypeGuard
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
+from recperf.core.files import TRACE_MAX_BYTES, check_input
 from recperf.stalls.traceanalysis import (
     Comm,
     RankTrace,
@@ -49,6 +50,7 @@ def find_traces(sources: Sequence[Path]) -> list[Path]:
     is missing or nothing is found."""
     found: list[Path] = []
     for src in sources:
+        check_input(src, "--traces", want="any")
         if src.is_dir():
             files = _dir_traces(src)
             if not files:
@@ -76,6 +78,7 @@ def _dir_traces(d: Path) -> list[Path]:
 
 def read_trace(path: Path) -> dict[str, Any]:
     """One trace file as a JSON object (gzip recognised by its magic bytes)."""
+    check_input(path, "trace", max_bytes=TRACE_MAX_BYTES)
     try:
         raw = path.read_bytes()
         if raw[:2] == b"\x1f\x8b":

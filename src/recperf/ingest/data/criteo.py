@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import hashlib
+import os
 import re
 import shutil
 from collections.abc import Iterable, Iterator
@@ -21,8 +22,10 @@ import pyarrow.parquet as pq
 from recperf.core import exact
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError, TraceFormatError
+from recperf.core.files import DATA_MAX_BYTES, check_input, check_name
 from recperf.core.progress import ProgressFn
-from recperf.core.results import atomic_path, write_json
+from recperf.core.results import atomic_path, exclusive_dir, write_json
+from recperf.ingest.data.limits import FORMATS, MAX_ROWS
 
 INT_FEATURES = tuple(f"I{i}" for i in range(1, 14))
 CAT_FEATURES = tuple(f"C{i}" for i in range(1, 27))
@@ -68,18 +71,16 @@ I2_OFFSET = -1
 """I2 is the one integer feature with negative values in Criteo (-1 is common)."""
 BLOCK_ROWS = 65_536
 """Rows drawn per RNG block; block b uses rng([seed, b]), so row i never depends on shards."""
-FORMATS = ("parquet", "tsv")
 _M32 = np.uint64(0xFFFFFFFF)
 _HEX = np.frombuffer(b"".join(f"{i:02x}".encode() for i in range(256)), np.uint16)
-MAX_ROWS = 10**10
-"""The most rows ``generate`` writes (about twice Criteo Terabyte's 4.4 billion)."""
 MAX_SHARDS = 100_000
 MIN_BYTES_PER_ROW = {"parquet": 12, "tsv": 200, "tsv.gz": 12}
 """Fewest bytes a generated row takes on disk per format (measured: 16, 243, 16 at the most
 skewed ids, zipf_exponent 10; 70-95, 243 at the default): the free-space check's lower bound."""
 _SHARD_RE = re.compile(r"^part-\d{5}\.(parquet|tsv|tsv\.gz)$")
-_TMP_SHARD_RE = re.compile(r"^\.part-\d{5}\.(parquet|tsv|tsv\.gz)\.\w+\.tmp$")
-"""A shard being written (atomic_path's name); one left by a killed run is removed."""
+_TMP_SHARD_RE = re.compile(r"^\.part-\d{5}\.(parquet|tsv|tsv\.gz)\.(\d+\.)?\w+\.tmp$")
+"""A shard being written (atomic_path's name, with the writer's pid); one left by a killed run
+is removed (a live run holds ``out`` with ``exclusive_dir``, so none is another's)."""
 
 
 @dataclasses.dataclass(kw_only=True, slots=True, frozen=True)
@@ -252,6 +253,11 @@ def generate(
     out = Path(out)
     check_free_space(config, out)
     out.mkdir(parents=True, exist_ok=True)
+    with exclusive_dir(out):
+        return _generate(config, out, progress)
+
+
+def _generate(config: GenerateConfig, out: Path, progress: ProgressFn | None) -> dict[str, Any]:
     (out / "manifest.json").unlink(missing_ok=True)
     for old in out.iterdir():
         if _SHARD_RE.match(old.name) or _TMP_SHARD_RE.match(old.name):
@@ -285,8 +291,9 @@ def generate(
 
 
 def _files(path: Path) -> list[Path]:
-    if not path.exists():
+    if not os.path.lexists(check_name(path, "--data")):
         raise TraceFormatError(path, None, None, "no such file or directory")
+    check_input(path, "--data", max_bytes=DATA_MAX_BYTES, want="any")
     if not path.is_dir():
         return [path]
     return _shards(path)

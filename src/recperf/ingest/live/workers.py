@@ -173,8 +173,8 @@ def _failure(msg: TaskMsg) -> FailMsg:
 def _die_with_parent(prefix: str, parent_pid: int) -> None:
     """When the coordinator's process dies (even by SIGKILL) the kernel sends this worker
     SIGTERM; it then deletes the pipeline's shared-memory files and exits quietly, so nothing
-    is left behind. Ctrl-C (which a terminal sends the whole process group) is ignored: the
-    coordinator owns shutdown and stops the workers itself."""
+    is left behind. Ctrl-C and a hang-up (which a terminal sends the whole process group) are
+    ignored: the coordinator owns shutdown and stops the workers itself."""
 
     def on_term(signum: int, frame: object) -> None:
         for path in items.SHM_DIR.glob(f"{prefix}-*"):
@@ -183,6 +183,7 @@ def _die_with_parent(prefix: str, parent_pid: int) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

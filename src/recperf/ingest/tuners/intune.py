@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -20,6 +21,7 @@ import torch
 from recperf.core import exact
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
+from recperf.core.files import check_name
 from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import env as ienv
 from recperf.ingest.tuners import dqn
@@ -83,7 +85,7 @@ def load_net(config: IntuneConfig, seed: int) -> dqn.QNet:
         path = Path(str(resources.files("recperf").joinpath(BUNDLED_WEIGHTS)))
     key = str(path)
     if key not in _CACHE:
-        if path.exists():
+        if os.path.lexists(check_name(path, "weights")):
             _CACHE[key] = dqn.load(path)[0]
         elif config.pretrain_episodes > 0:
             return dqn.pretrain(config.pretrain_episodes, seed)[0]
