@@ -13,6 +13,7 @@ from pathlib import Path
 
 from recperf.cluster.tree import Tree, from_paths
 from recperf.core.errors import ConfigError, RecperfError, TraceFormatError
+from recperf.core.text import read_utf8
 from recperf.core.files import check_input, check_name
 
 HOST_LISTS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -54,7 +55,7 @@ def _host_file(topology: str) -> Path:
 
 def _read(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        return read_utf8(path)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(path, None, None, f"not a text file ({exc.reason})") from None
     except OSError as exc:

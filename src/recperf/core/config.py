@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recperf.core.errors import ConfigError
+from recperf.core.text import read_utf8
 from recperf.core.files import check_input
 
 C = TypeVar("C")
@@ -24,8 +25,7 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     """Parse a TOML file; a syntax error becomes a one-line ConfigError naming the file."""
     p = check_input(path, "TOML file")
     try:
-        with p.open("rb") as fh:
-            return tomllib.load(fh)
+        return tomllib.loads(read_utf8(p))
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
     except tomllib.TOMLDecodeError as exc:
