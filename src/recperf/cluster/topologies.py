@@ -13,8 +13,8 @@ from pathlib import Path
 
 from recperf.cluster.tree import Tree, from_paths
 from recperf.core.errors import ConfigError, RecperfError, TraceFormatError
-from recperf.core.text import read_utf8
 from recperf.core.files import check_input, check_name
+from recperf.core.text import read_utf8
 
 HOST_LISTS: dict[str, tuple[str, tuple[str, ...]]] = {
     # Alibaba Lingjun 2023 (Crux, SIGCOMM '24; Apache-2.0): 847 hosts under 119 ToRs (a ToR is

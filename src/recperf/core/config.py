@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from recperf.core.errors import ConfigError
-from recperf.core.text import read_utf8
 from recperf.core.files import check_input
+from recperf.core.text import read_utf8
 
 C = TypeVar("C")
 
