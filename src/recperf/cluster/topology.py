@@ -340,6 +340,24 @@ def _allowed() -> str:
     return f"{', '.join(preset_names())} or a .toml file"
 
 
+def _cluster_table(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """The file's ``[cluster]`` table, or its top level when it has none; anything beside a
+    ``[cluster]`` table (another section, a key above it) is an error, not silently unread."""
+    if "cluster" not in data:
+        return data  # from_mapping names an unknown key or section
+    table = data["cluster"]
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [cluster] must be a table")
+    other = next((k for k in data if k != "cluster"), None)
+    if other is not None:
+        what = f"section [{other}]" if isinstance(data[other], dict) else f"key {other!r}"
+        raise ConfigError(
+            f"{path}: unknown {what} beside [cluster]; a cluster file holds one [cluster] table "
+            "(or its keys at the top level)"
+        )
+    return table
+
+
 def load_cluster(spec: str) -> Cluster:
     """A preset name, or a TOML file whose ``[cluster]`` table (or top level) sets the fields.
     A ``topology`` path in the file is relative to the file."""
@@ -352,9 +370,7 @@ def load_cluster(spec: str) -> Cluster:
         raise ConfigError(f"cluster {spec!r} is a directory; allowed: {_allowed()}")
     if path.suffix == ".toml" or os.path.lexists(path):
         data = load_toml(check_input(path, "--cluster"))
-        table = data.get("cluster", data)
-        if not isinstance(table, dict):
-            raise ConfigError(f"{path}: [cluster] must be a table")
+        table = _cluster_table(path, data)
         table = {"name": path.stem, **table}
         topo = table.get("topology")
         if isinstance(topo, str) and topo and not Path(topo).is_absolute():
