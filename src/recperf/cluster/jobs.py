@@ -47,6 +47,10 @@ class JobTable:
     trace_notes: Mapping[str, int] = field(default_factory=dict)
     """Counts of what loading did to the trace (``fractional_rounded_up``, ``cpu_only_skipped``,
     ``dropped_oversized`` ...); they appear in the run's summary."""
+    dropped_invalid: Mapping[str, int] | None = None
+    """Rows the loader dropped as impossible to simulate, by reason (``run-time <= 0``), when
+    asked to (``drop_invalid``); None when not asked. The summary has their total as
+    ``dropped_invalid`` and this as ``dropped_invalid_by_reason``."""
 
     def __post_init__(self) -> None:
         n = len(self.name)
@@ -56,6 +60,8 @@ class JobTable:
         if self.user is None:
             object.__setattr__(self, "user", ("",) * n)
         object.__setattr__(self, "trace_notes", dict(self.trace_notes))
+        if self.dropped_invalid is not None:
+            object.__setattr__(self, "dropped_invalid", dict(self.dropped_invalid))
         cols = {
             "model": len(self.model),
             "arrival_s": len(self.arrival_s),
@@ -136,6 +142,7 @@ class JobTable:
         measured_cross_rack: list[float] | F64 | None = None,
         user: Sequence[str] | None = None,
         trace_notes: Mapping[str, int] | None = None,
+        dropped_invalid: Mapping[str, int] | None = None,
     ) -> JobTable:
         """Build from unsorted columns: rows are stably sorted by arrival."""
         arr = np.asarray(arrival_s, dtype=np.float64)
@@ -156,6 +163,7 @@ class JobTable:
             measured_cross_rack=floats(measured_cross_rack),
             user=None if user is None else tuple(user[i] for i in order),
             trace_notes=trace_notes or {},
+            dropped_invalid=dropped_invalid,
         )
 
     def subset(self, rows: I64) -> JobTable:
@@ -173,6 +181,7 @@ class JobTable:
             measured_cross_rack=self.cross_rack_measured[rows].copy(),
             user=tuple(self.users[i] for i in rows),
             trace_notes=self.trace_notes,
+            dropped_invalid=self.dropped_invalid,
         )
 
     def with_arrivals(self, arrival_s: F64) -> JobTable:
@@ -189,6 +198,7 @@ class JobTable:
             measured_cross_rack=self.cross_rack_measured,
             user=self.users,
             trace_notes=self.trace_notes,
+            dropped_invalid=self.dropped_invalid,
         )
 
     def with_notes(self, **notes: int) -> JobTable:

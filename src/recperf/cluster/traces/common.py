@@ -1,5 +1,6 @@
 """What the trace loaders share: reading the file (a given path or the bundled default) with one
-error naming it, parsing numeric, time and id fields, and building a job table from durations."""
+error naming it, parsing numeric, time and id fields row by row (a row that cannot be simulated
+is the error, or with ``drop_invalid`` dropped and counted), and building a job table."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import contextlib
 import csv
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -22,9 +24,59 @@ from recperf.cluster.network import calibrate_reference
 from recperf.cluster.topologies import bundled as bundled  # re-exported for the loaders
 from recperf.cluster.topology import Cluster
 from recperf.core.errors import RecperfError, TraceFormatError
+from recperf.core.text import read_utf8
 
+T = TypeVar("T")
+P = ParamSpec("P")
 Line = int | None
 """A 1-based line number, or None where unknown."""
+MAX_EPOCH_S = 4_102_444_800.0
+"""2100-01-01 as Unix-epoch seconds: the latest absolute arrival time read as one."""
+DROP_HINT = "--drop-invalid drops such rows and counts them"
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TraceConfig:
+    """What every trace format's Config has."""
+
+    drop_invalid: bool = False
+    """Drop the rows that cannot be simulated (a duration <= 0, no GPUs, a missing or unreadable
+    field) and count them by reason (``dropped_invalid`` in the summary) instead of failing on
+    the first."""
+
+
+class RowError(TraceFormatError):
+    """A row that cannot be simulated; ``reason`` (the field and what is wrong, without the
+    value: ``run-time <= 0``) is what dropped rows are counted by."""
+
+    def __init__(self, file: str | Path, line: Line, field: str | None, why: str, reason: str):
+        super().__init__(file, line, field, why)
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class RowFilter:
+    """Parses rows one at a time: a row that raises a RowError is the error (naming the flag
+    that drops such rows) or, with ``drop``, dropped and counted by reason."""
+
+    drop: bool
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def keep(self, parse: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:
+        """``parse(*args, **kwargs)``, or None for a row dropped as invalid."""
+        try:
+            return parse(*args, **kwargs)
+        except RowError as exc:
+            if not self.drop:
+                why = f"{exc.why} ({DROP_HINT})"
+                raise TraceFormatError(exc.file, exc.line, exc.field, why) from None
+            self.counts[exc.reason] = self.counts.get(exc.reason, 0) + 1
+            return None
+
+    @property
+    def dropped(self) -> dict[str, int] | None:
+        """Rows dropped, by reason (sorted); None when not dropping."""
+        return dict(sorted(self.counts.items())) if self.drop else None
 
 
 def number(
@@ -43,12 +95,23 @@ def number(
     try:
         value = float(str(raw))
     except ValueError:
-        raise TraceFormatError(path, line, field, f"not a number: {raw!r}") from None
+        raise RowError(
+            path, line, field, f"not a number: {raw!r}", f"{field} not a number"
+        ) from None
     if not math.isfinite(value) or (value <= 0 if positive else value < 0) or value > limit:
         bound = "> 0" if positive else ">= 0"
         why = f"must be {bound} and at most {limit:g}{unit}, got {raw!r}"
-        raise TraceFormatError(path, line, field, why)
+        raise RowError(path, line, field, why, f"{field} {_out_of_range(value, positive)}")
     return value
+
+
+def _out_of_range(value: float, positive: bool) -> str:
+    """The reason a value out of its range is counted under (NaN, too small, too large)."""
+    if math.isnan(value):
+        return "not a number"
+    if value <= 0 if positive else value < 0:
+        return "<= 0" if positive else "< 0"
+    return "too large"
 
 
 def seconds(path: Path, line: int | None, field: str, raw: object, *, positive: bool) -> float:
@@ -63,7 +126,8 @@ def integer(path: Path, line: int | None, field: str, raw: object) -> int:
     """A positive whole number (``4`` or ``4.0``), at most 1e12."""
     value = number(path, line, field, raw, positive=True)
     if value != int(value):
-        raise TraceFormatError(path, line, field, f"must be a whole number, got {raw!r}")
+        why = f"must be a whole number, got {raw!r}"
+        raise RowError(path, line, field, why, f"{field} not a whole number")
     return int(value)
 
 
@@ -77,39 +141,63 @@ def timestamp(path: Path, line: Line, field: str, raw: object, time_format: str 
     except ValueError:
         want = f"a time like {time_format!r}" if time_format else "an ISO date-time"
         example = "" if time_format else " (2020-03-31 20:00:34)"
-        raise TraceFormatError(path, line, field, f"not {want}{example}: {raw!r}") from None
+        why = f"not {want}{example}: {raw!r}"
+        raise RowError(path, line, field, why, f"{field} not a time") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return when.timestamp()
 
 
-def arrival_times(
-    path: Path,
-    field: str,
-    values: Sequence[tuple[Line, object]],
-    time_format: str = "",
-    *,
-    dates: bool = True,
-) -> NDArray[np.float64]:
-    """Arrival times from one column: seconds as given, or date-times (ISO, or ``time_format``)
-    as seconds from the earliest. The first value decides which; a column mixing the two is an
-    error naming the first value of the other kind. ``dates=False``: seconds only."""
-    if not values:
-        return np.zeros(0)
-    as_dates = bool(time_format) or (dates and not _is_number(values[0][1]))
-    if not as_dates:
-        for line, raw in values:
-            if dates and not _is_number(raw):
-                why = f"not a number of seconds like the first row's: {raw!r}"
-                raise TraceFormatError(path, line, field, why)
-        return np.asarray([seconds(path, ln, field, raw, positive=False) for ln, raw in values])
-    stamps = np.asarray([timestamp(path, ln, field, raw, time_format) for ln, raw in values])
-    out: NDArray[np.float64] = stamps - stamps.min()
-    late = np.flatnonzero(out > MAX_TRACE_S)
-    if late.size:
-        line, raw = values[int(late[0])]
-        raise TraceFormatError(path, line, field, f"{raw!r} is over 10 years after the first job")
-    return out
+class Arrivals:
+    """One arrival column read row by row, as seconds or as date-times (ISO, or ``time_format``):
+    the first row read decides which, and a row of the other kind is invalid. ``dates=False``:
+    seconds only. ``rebase`` turns the kept rows' values into seconds from a common origin."""
+
+    def __init__(self, path: Path, field: str, time_format: str = "", *, dates: bool = True):
+        self.path = path
+        self.field = field
+        self.time_format = time_format
+        self.dates = dates
+        self.as_dates: bool | None = True if time_format else None
+
+    def parse(self, line: Line, raw: object) -> float:
+        """The row's time: seconds as given (``rebase`` takes a column reaching past 10 years as
+        Unix-epoch seconds), or a date-time as POSIX seconds."""
+        is_number = _is_number(raw)
+        if self.as_dates is None:
+            self.as_dates = self.dates and not is_number
+        if self.as_dates:
+            return timestamp(self.path, line, self.field, raw, self.time_format)
+        if not is_number and self.dates:
+            why = f"not a number of seconds like the first row's: {raw!r}"
+            raise RowError(self.path, line, self.field, why, f"{self.field} not a number")
+        value = float(str(raw)) if is_number else math.nan
+        if not value >= 0:  # not a number, NaN or negative: the error of seconds
+            seconds(self.path, line, self.field, raw, positive=False)
+        if not value <= MAX_EPOCH_S:
+            why = (
+                f"must be >= 0 and at most {MAX_TRACE_S:g} s (10 years), or Unix-epoch seconds "
+                f"before 2100, got {raw!r}"
+            )
+            raise RowError(self.path, line, self.field, why, f"{self.field} too large")
+        return value
+
+    def rebase(
+        self, values: Sequence[float], rows: Sequence[tuple[Line, object]]
+    ) -> NDArray[np.float64]:
+        """Seconds from the earliest for date-times and for seconds that reach past 10 years
+        (Unix-epoch times); other seconds as given. ``rows`` (line, raw) name an error's row:
+        a time over 10 years after the earliest."""
+        stamps = np.asarray(values, dtype=np.float64)
+        if stamps.size == 0 or not (self.as_dates or stamps.max() > MAX_TRACE_S):
+            return stamps
+        out: NDArray[np.float64] = stamps - stamps.min()
+        late = np.flatnonzero(out > MAX_TRACE_S)
+        if late.size:
+            line, raw = rows[int(late[0])]
+            why = f"{raw!r} is over 10 years after the first job"
+            raise TraceFormatError(self.path, line, self.field, why)
+        return out
 
 
 def _is_number(raw: object) -> bool:
@@ -133,7 +221,7 @@ def unique_ids(path: Path, field: str, ids: Sequence[tuple[Line, str]]) -> None:
 def json_records(path: Path, text: str) -> list[tuple[Mapping[str, Any], Line]]:
     """The records of a JSON array of objects, each with the line its ``{`` is on."""
     try:
-        records = json.loads(text)
+        records = json.loads(text, object_pairs_hook=_Object.of)
     except json.JSONDecodeError as exc:
         raise TraceFormatError(path, exc.lineno, None, f"invalid JSON: {exc.msg}") from None
     except RecursionError:
@@ -145,8 +233,38 @@ def json_records(path: Path, text: str) -> list[tuple[Mapping[str, Any], Line]]:
     for rec, start in zip(records, starts, strict=True):
         if not isinstance(rec, dict):
             raise TraceFormatError(path, start or None, None, "a record is not a JSON object")
+        key = _Object.repeated_in(rec)
+        if key is not None:  # json.loads would keep the last value silently
+            why = "appears twice in one object of this record; which value is meant?"
+            raise TraceFormatError(path, start or None, key, why)
         out.append((rec, start or None))
     return out
+
+
+class _Object(dict[str, Any]):
+    """A JSON object that remembers the first key it held twice (``repeated``)."""
+
+    repeated: str | None = None
+
+    @classmethod
+    def of(cls, pairs: list[tuple[str, Any]]) -> _Object:
+        obj = cls(pairs)
+        if len(obj) < len(pairs):
+            keys = [k for k, _ in pairs]
+            obj.repeated = next(k for i, k in enumerate(keys) if k in keys[:i])
+        return obj
+
+    @staticmethod
+    def repeated_in(value: object) -> str | None:
+        """The first repeated key in ``value`` or in an object or list inside it."""
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, _Object) and item.repeated is not None:
+                return item.repeated
+            if isinstance(item, dict | list):
+                stack.extend(reversed(list(item.values() if isinstance(item, dict) else item)))
+        return None
 
 
 def _record_lines(text: str, count: int) -> list[int]:
@@ -202,6 +320,20 @@ def from_durations(
     )
 
 
+def too_many_fields(path: Path, line: int, fields: int, width: int) -> RowError:
+    """The error of a CSV row with more fields than its header's ``width``."""
+    why = f"has {fields} fields; the header has {width} (an unquoted comma?)"
+    return RowError(path, line, None, why, "too many fields")
+
+
+def check_width(path: Path, line: int, row: Mapping[Any, Any]) -> None:
+    """A ``csv.DictReader`` row holding fields beyond the header's (under the key None) is
+    invalid: a value would have moved to the wrong column."""
+    extra = row.get(None)
+    if extra:
+        raise too_many_fields(path, line, len(row) - 1 + len(extra), len(row) - 1)
+
+
 @contextlib.contextmanager
 def csv_errors(path: Path, reader: Any) -> Iterator[None]:
     """A ``csv.Error`` (a NUL byte, an overlong field ...) inside the block, as one
@@ -213,11 +345,17 @@ def csv_errors(path: Path, reader: Any) -> Iterator[None]:
 
 
 def read_trace(source: Path | None, default: str) -> tuple[Path, str]:
-    """The path read (``source``, or the bundled ``default``) and its text."""
+    """The path read (``source``, or the bundled ``default``) and its text (without a leading
+    byte-order mark); a NUL byte, which no text trace holds, is an error naming its line."""
     path = source or bundled(default)
     try:
-        return path, path.read_text(encoding="utf-8")
+        text = read_utf8(path)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(path, None, None, f"not a text file ({exc.reason})") from None
     except OSError as exc:
         raise RecperfError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise TraceFormatError(path, line, None, "holds a NUL byte: not a text trace")
+    return path, text

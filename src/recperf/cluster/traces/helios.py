@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -12,8 +13,11 @@ from recperf.cluster.base import TRACE_LOADERS
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster
 from recperf.cluster.traces.common import (
+    Arrivals,
     Line,
-    arrival_times,
+    RowError,
+    RowFilter,
+    TraceConfig,
     from_durations,
     integer,
     json_records,
@@ -21,7 +25,6 @@ from recperf.cluster.traces.common import (
     seconds,
     unique_ids,
 )
-from recperf.core.errors import TraceFormatError
 
 SLOWDOWNS = {
     "cross_machine_slowdown": "measured_slowdown",
@@ -31,7 +34,7 @@ SLOWDOWNS = {
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
-class HeliosConfig:
+class HeliosConfig(TraceConfig):
     """How Helios records become jobs."""
 
     slowdowns: Literal["auto", "trace", "model"] = "auto"
@@ -67,27 +70,15 @@ class HeliosTrace:
         path, text = read_trace(source, "helios/sense-500.json")
         records = json_records(path, text)
         time_field = "arrival_time" if records and "arrival_time" in records[0][0] else None
-        time_field = time_field or "submit_time"
-        cols: dict[str, list[Any]] = {k: [] for k in ("name", "model", "user", "gpus", "dur")}
-        times: list[tuple[Line, object]] = []
-        ids: list[tuple[Line, str]] = []
-        factors: dict[str, list[float]] = {f: [] for f in SLOWDOWNS}
-        for rec, line in records:
-            for field in ("max_parallelism", time_field, "duration", "model"):
-                if field not in rec:
-                    other = " (and no 'arrival_time')" if field == "submit_time" else ""
-                    raise TraceFormatError(path, line, field, f"is missing{other}")
-            cols["gpus"].append(integer(path, line, "max_parallelism", rec["max_parallelism"]))
-            times.append((line, rec[time_field]))
-            cols["dur"].append(seconds(path, line, "duration", rec["duration"], positive=True))
-            if "job_id" in rec:
-                ids.append((line, str(rec["job_id"])))
-            cols["name"].append(str(rec.get("job_id", len(cols["name"]))))
-            cols["model"].append(str(rec["model"]))
-            cols["user"].append(str(rec.get("user", "")))
-            for f in SLOWDOWNS:
-                factors[f].append(_factor(path, line, f, rec.get(f)))
-        unique_ids(path, "job_id", ids)
+        arrivals = Arrivals(path, time_field or "submit_time")
+        rows = RowFilter(self.config.drop_invalid)
+        jobs = [
+            job
+            for rec, line in records
+            if (job := rows.keep(_parse_record, path, line, rec, arrivals)) is not None
+        ]
+        unique_ids(path, "job_id", [(j.line, j.name) for j in jobs if j.has_id])
+        factors = {f: [j.factors[f] for j in jobs] for f in SLOWDOWNS}
         measured: dict[str, Any] = {}
         if self.config.slowdowns == "trace" or (
             self.config.slowdowns == "auto" and not _one_default(factors)
@@ -95,14 +86,47 @@ class HeliosTrace:
             measured = {col: 1.0 / np.asarray(factors[f]) for f, col in SLOWDOWNS.items()}
         return from_durations(
             cluster,
-            name=cols["name"],
-            model=cols["model"],
-            arrival_s=arrival_times(path, time_field, times),
-            gpus=cols["gpus"],
-            duration_s=cols["dur"],
-            user=cols["user"],
+            name=[j.name if j.has_id else str(i) for i, j in enumerate(jobs)],
+            model=[j.model for j in jobs],
+            arrival_s=arrivals.rebase([j.arrival for j in jobs], [(j.line, j.raw) for j in jobs]),
+            gpus=[j.gpus for j in jobs],
+            duration_s=[j.duration_s for j in jobs],
+            user=[j.user for j in jobs],
+            dropped_invalid=rows.dropped,
             **measured,
         )
+
+
+class _Job(NamedTuple):
+    line: Line
+    name: str
+    has_id: bool
+    model: str
+    user: str
+    gpus: int
+    duration_s: float
+    factors: dict[str, float]
+    arrival: float
+    raw: object
+
+
+def _parse_record(path: Path, line: Line, rec: Mapping[str, Any], arrivals: Arrivals) -> _Job:
+    for field in ("max_parallelism", arrivals.field, "duration", "model"):
+        if field not in rec:
+            other = " (and no 'arrival_time')" if field == "submit_time" else ""
+            raise RowError(path, line, field, f"is missing{other}", f"{field} missing")
+    return _Job(
+        line=line,
+        name=str(rec.get("job_id", "")),
+        has_id="job_id" in rec,
+        model=str(rec["model"]),
+        user=str(rec.get("user", "")),
+        gpus=integer(path, line, "max_parallelism", rec["max_parallelism"]),
+        duration_s=seconds(path, line, "duration", rec["duration"], positive=True),
+        factors={f: _factor(path, line, f, rec.get(f)) for f in SLOWDOWNS},
+        arrival=arrivals.parse(line, rec[arrivals.field]),
+        raw=rec[arrivals.field],
+    )
 
 
 def _factor(path: Path, line: Line, field: str, raw: object) -> float:
@@ -112,10 +136,12 @@ def _factor(path: Path, line: Line, field: str, raw: object) -> float:
     try:
         value = float(str(raw))
     except ValueError:
-        raise TraceFormatError(path, line, field, f"not a number: {raw!r}") from None
+        raise RowError(
+            path, line, field, f"not a number: {raw!r}", f"{field} not a number"
+        ) from None
     if not 0 < value <= 1:
         why = f"must be a speed factor in (0, 1] (spread rate / consolidated), got {raw!r}"
-        raise TraceFormatError(path, line, field, why)
+        raise RowError(path, line, field, why, f"{field} not in (0, 1]")
     return value
 
 

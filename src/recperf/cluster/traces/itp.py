@@ -11,7 +11,7 @@ import numpy as np
 from recperf.cluster.base import TRACE_LOADERS
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.topology import Cluster
-from recperf.cluster.traces.common import read_trace
+from recperf.cluster.traces.common import TraceConfig, read_trace
 from recperf.cluster.traces.tabular import jobs_from_columns, read_columns
 
 COLUMNS = {"id": "job_id", "arrival": "submission_time", "duration": "duration", "gpus": "num_gpu"}
@@ -27,7 +27,12 @@ class ItpTrace:
 
     name: ClassVar[str] = "itp"
     default_cluster: ClassVar[str] = "itp-cluster01"
+    Config = TraceConfig
+
+    def __init__(self, config: TraceConfig | None = None) -> None:
+        self.config = config or TraceConfig()
 
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
         path, text = read_trace(source, "itp/cluster01.csv")
-        return jobs_from_columns(read_columns(path, text, dict(COLUMNS)), cluster, dates=False)
+        cols = read_columns(path, text, dict(COLUMNS))
+        return jobs_from_columns(cols, cluster, dates=False, drop_invalid=self.config.drop_invalid)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -12,8 +13,18 @@ from recperf.cluster.base import TRACE_LOADERS
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.network import comm_s, solve_spread_bytes
 from recperf.cluster.topology import Cluster, Level
-from recperf.cluster.traces.common import bundled, integer, number, read_trace, seconds
-from recperf.core.errors import RecperfError, TraceFormatError
+from recperf.cluster.traces.common import (
+    RowError,
+    RowFilter,
+    TraceConfig,
+    bundled,
+    integer,
+    number,
+    read_trace,
+    seconds,
+)
+from recperf.core.errors import RecperfError
+from recperf.core.text import read_utf8
 
 FIELDS = (
     "job_type",
@@ -29,11 +40,11 @@ FIELDS = (
 def _parse_line(path: Path, lineno: int, line: str) -> tuple[str, float, float, int]:
     parts = line.rstrip("\n").split("\t")
     if len(parts) != len(FIELDS):
-        raise TraceFormatError(
-            path, lineno, None, f"expected {len(FIELDS)} tab-separated fields, got {len(parts)}"
-        )
+        why = f"expected {len(FIELDS)} tab-separated fields, got {len(parts)}"
+        reason = "too few fields" if len(parts) < len(FIELDS) else "too many fields"
+        raise RowError(path, lineno, None, why, reason)
     if not parts[0].strip():
-        raise TraceFormatError(path, lineno, "job_type", "is empty")
+        raise RowError(path, lineno, "job_type", "is empty", "job_type missing")
     col = {name: parts[i] for i, name in enumerate(FIELDS)}
     return (
         parts[0],
@@ -43,13 +54,32 @@ def _parse_line(path: Path, lineno: int, line: str) -> tuple[str, float, float, 
     )
 
 
+class _Job(NamedTuple):
+    name: str
+    job_type: str
+    steps: float
+    arrival_s: float
+    gpus: int
+    rate: float
+    ratio: float
+    scale: int
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class PhillyConfig(TraceConfig):
+    """Which GPU's measured speeds the jobs run at."""
+
+    gpu_type: str = "v100"
+    """A GPU type of ``throughputs.json`` (the bundled one has v100, p100 and k80)."""
+
+
 class Throughputs:
     """Measured steps/s per (job type, scale factor), consolidated and spread over machines."""
 
     def __init__(self, path: Path, gpu_type: str) -> None:
         try:
-            data: dict[str, Any] = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            data: dict[str, Any] = json.loads(read_utf8(path))
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are
             raise RecperfError(f"{path}: cannot read throughputs: {exc}") from None
         if gpu_type not in data or f"{gpu_type}_unconsolidated" not in data:
             gpus = sorted(k for k in data if not k.endswith("_unconsolidated"))
@@ -92,9 +122,10 @@ class PhillyTrace:
 
     name: ClassVar[str] = "philly"
     default_cluster: ClassVar[str] = "philly"
+    Config = PhillyConfig
 
-    def __init__(self, gpu_type: str = "v100") -> None:
-        self.gpu_type = gpu_type
+    def __init__(self, config: PhillyConfig | None = None) -> None:
+        self.config = config or PhillyConfig()
 
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
         src = source or bundled("philly")
@@ -103,48 +134,41 @@ class PhillyTrace:
             raise RecperfError(f"{src}: no .trace files")
         tp_path = files[0].parent / "throughputs.json"
         tput = Throughputs(
-            tp_path if tp_path.exists() else bundled("philly") / "throughputs.json", self.gpu_type
+            tp_path if tp_path.exists() else bundled("philly") / "throughputs.json",
+            self.config.gpu_type,
         )
-        names: list[str] = []
-        types: list[str] = []
-        steps: list[float] = []
-        arrivals: list[float] = []
-        gpus: list[int] = []
-        rate: list[float] = []
-        ratio: list[float] = []
-        scale: list[int] = []
+        rows = RowFilter(self.config.drop_invalid)
+        jobs: list[_Job] = []
         for path in files:
             lines = read_trace(path, "")[1].splitlines()
             for lineno, line in enumerate(lines, 1):
-                if not line.strip():
-                    continue
-                jt, st, arr, k = _parse_line(path, lineno, line)
-                try:
-                    r, q, s = tput.lookup(jt, k)
-                except KeyError:
-                    raise TraceFormatError(
-                        path, lineno, "job_type", f"{jt!r} is not in {tput.path.name}"
-                    ) from None
-                names.append(f"{path.stem}-{lineno}")
-                types.append(jt)
-                steps.append(st)
-                arrivals.append(arr)
-                gpus.append(k)
-                rate.append(r)
-                ratio.append(q)
-                scale.append(s)
-        t_cons = 1.0 / np.asarray(rate)
-        t_spread = t_cons / np.asarray(ratio)
-        s_arr = np.asarray(scale, dtype=np.int64)
+                if line.strip():
+                    job = rows.keep(_job, path, lineno, line, tput)
+                    jobs += [job] if job is not None else []
+        t_cons = 1.0 / np.asarray([j.rate for j in jobs])
+        ratio = np.asarray([j.ratio for j in jobs])
+        t_spread = t_cons / ratio
+        s_arr = np.asarray([j.scale for j in jobs], dtype=np.int64)
         grad = solve_spread_bytes(cluster, s_arr, t_cons, t_spread)
         compute = np.maximum(t_cons - comm_s(cluster, Level.MACHINE, s_arr, grad), 0.05 * t_cons)
         return JobTable.build(
-            name=names,
-            model=types,
-            arrival_s=arrivals,
-            gpus=gpus,
-            total_iters=steps,
+            name=[j.name for j in jobs],
+            model=[j.job_type for j in jobs],
+            arrival_s=[j.arrival_s for j in jobs],
+            gpus=[j.gpus for j in jobs],
+            total_iters=[j.steps for j in jobs],
             compute_s=compute,
             grad_bytes=grad,
-            measured_slowdown=1.0 / np.asarray(ratio),
+            measured_slowdown=1.0 / ratio,
+            dropped_invalid=rows.dropped,
         )
+
+
+def _job(path: Path, lineno: int, line: str, tput: Throughputs) -> _Job:
+    jt, steps, arrival, k = _parse_line(path, lineno, line)
+    try:
+        rate, ratio, scale = tput.lookup(jt, k)
+    except KeyError:
+        why = f"{jt!r} is not in {tput.path.name}"
+        raise RowError(path, lineno, "job_type", why, "job_type not measured") from None
+    return _Job(f"{path.stem}-{lineno}", jt, steps, arrival, k, rate, ratio, scale)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -15,8 +15,11 @@ from recperf.cluster.jobs import JobTable
 from recperf.cluster.limits import MAX_TRACE_S
 from recperf.cluster.topology import Cluster
 from recperf.cluster.traces.common import (
+    Arrivals,
     Line,
-    arrival_times,
+    RowError,
+    RowFilter,
+    TraceConfig,
     from_durations,
     integer,
     json_records,
@@ -24,11 +27,10 @@ from recperf.cluster.traces.common import (
     timestamp,
     unique_ids,
 )
-from recperf.core.errors import TraceFormatError
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
-class PhillyRawConfig:
+class PhillyRawConfig(TraceConfig):
     """How a job's attempts become its run time."""
 
     duration: Literal["attempts", "span", "last"] = "attempts"
@@ -55,41 +57,50 @@ class PhillyRawTrace:
 
     def load(self, source: Path | None, cluster: Cluster, rng: np.random.Generator) -> JobTable:
         path, text = read_trace(source, "philly-raw/jobs_pass_ge4gpu-every10.json")
-        names: list[str] = []
-        gpus: list[int] = []
-        durations: list[float] = []
-        submitted: list[tuple[Line, object]] = []
-        ids: list[tuple[Line, str]] = []
-        for rec, line in json_records(path, text):
-            for field in ("id", "num_gpus", "submitted_time", "attempts"):
-                if field not in rec:
-                    raise TraceFormatError(path, line, field, "is missing")
-            ids.append((line, str(rec["id"])))
-            names.append(str(rec["id"]))
-            gpus.append(integer(path, line, "num_gpus", rec["num_gpus"]))
-            submitted.append((line, rec["submitted_time"]))
-            durations.append(self._duration(path, line, rec["attempts"]))
-        unique_ids(path, "id", ids)
+        arrivals = Arrivals(path, "submitted_time")
+        rows = RowFilter(self.config.drop_invalid)
+        jobs = [
+            job
+            for rec, line in json_records(path, text)
+            if (job := rows.keep(self._parse, path, line, rec, arrivals)) is not None
+        ]
+        unique_ids(path, "id", [(j.line, j.name) for j in jobs])
         return from_durations(
             cluster,
-            name=names,
-            model=["unknown"] * len(names),
-            arrival_s=arrival_times(path, "submitted_time", submitted),
-            gpus=gpus,
-            duration_s=durations,
+            name=[j.name for j in jobs],
+            model=["unknown"] * len(jobs),
+            arrival_s=arrivals.rebase([j.arrival for j in jobs], [(j.line, j.raw) for j in jobs]),
+            gpus=[j.gpus for j in jobs],
+            duration_s=[j.duration_s for j in jobs],
+            dropped_invalid=rows.dropped,
+        )
+
+    def _parse(self, path: Path, line: Line, rec: Mapping[str, Any], arrivals: Arrivals) -> _Job:
+        for field in ("id", "num_gpus", "submitted_time", "attempts"):
+            if field not in rec:
+                raise RowError(path, line, field, "is missing", f"{field} missing")
+        return _Job(
+            line=line,
+            name=str(rec["id"]),
+            gpus=integer(path, line, "num_gpus", rec["num_gpus"]),
+            duration_s=self._duration(path, line, rec["attempts"]),
+            arrival=arrivals.parse(line, rec["submitted_time"]),
+            raw=rec["submitted_time"],
         )
 
     def _duration(self, path: Path, line: Line, attempts: object) -> float:
         if not isinstance(attempts, list) or not attempts:
-            raise TraceFormatError(path, line, "attempts", "must be a non-empty list")
+            why = "must be a non-empty list"
+            raise RowError(path, line, "attempts", why, "attempts not a non-empty list")
         spans: list[tuple[float, float]] = []
         for attempt in attempts:
             if not isinstance(attempt, Mapping):
-                raise TraceFormatError(path, line, "attempts", "an attempt is not an object")
+                why = "an attempt is not an object"
+                raise RowError(path, line, "attempts", why, "attempts not objects")
             start, end = (_time(path, line, attempt, f) for f in ("start_time", "end_time"))
             if end < start:
                 why = f"{attempt['end_time']!r} is before start_time {attempt['start_time']!r}"
-                raise TraceFormatError(path, line, "end_time", why)
+                raise RowError(path, line, "end_time", why, "end_time before start_time")
             spans.append((start, end))
         if self.config.duration == "span":
             total = spans[-1][1] - spans[0][0]
@@ -99,11 +110,22 @@ class PhillyRawTrace:
             total = sum(end - start for start, end in spans)
         if not 0 < total <= MAX_TRACE_S:
             why = f"give a run time of {total:g} s; it must be > 0 and at most 10 years"
-            raise TraceFormatError(path, line, "attempts", why)
+            reason = "attempts' run time <= 0" if total <= 0 else "attempts' run time too large"
+            raise RowError(path, line, "attempts", why, reason)
         return total
+
+
+class _Job(NamedTuple):
+    line: Line
+    name: str
+    gpus: int
+    duration_s: float
+    arrival: float
+    raw: object
 
 
 def _time(path: Path, line: Line, attempt: Mapping[str, Any], field: str) -> float:
     if field not in attempt:
-        raise TraceFormatError(path, line, field, "is missing from an attempt")
+        why = "is missing from an attempt"
+        raise RowError(path, line, field, why, f"{field} missing from an attempt")
     return timestamp(path, line, field, attempt[field])
