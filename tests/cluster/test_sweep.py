@@ -32,12 +32,12 @@ from recperf.cluster.sweep import (
     SweepResult,
     SweepRun,
     _run_local,
-    _Tally,
     error_text,
     run_sweep,
     split_trace,
     write_sweep,
 )
+from recperf.cluster.sweep_tally import SweepTally
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.progress import Count, count_progress
 
@@ -367,16 +367,21 @@ def test_a_damaged_run_file_is_one_line(cross_rack: Path, tmp_path: Path) -> Non
         run_sweep(sweep, backend="serial", out=tmp_path, resume=True)
 
 
-def test_eta_is_mean_wall_time_times_runs_left_over_workers() -> None:
+def test_eta_is_each_groups_mean_wall_time_times_its_runs_left_over_workers() -> None:
+    runs = Sweep(traces=("tiresias-60",), schedulers=("fifo", "sjf"), seeds=(0, 1, 2)).runs()
     seen: list[Count] = []
-    tally = _Tally(10, [2.0, 4.0], 2, None, seen.append)  # two kept runs
-    tally.start()
-    tally.finished(math.nan)  # a failed run without a wall time counts as done, not as time
-    tally.finished(6.0)
-    assert seen == [Count(2, 10, 3.0 * 8 / 2), Count(3, 10, 3.0 * 7 / 2), Count(4, 10, 4.0 * 6 / 2)]
-    last = _Tally(2, [], 4, None, seen.append)
-    last.finished(5.0)  # one run left and four workers: one run's time
-    assert seen[-1] == Count(1, 2, 5.0)
+    tally = SweepTally(runs, {0: 2.0, 1: 4.0}, 2, None, seen.append)  # two fifo runs kept
+    tally.start()  # one fifo and three sjf left, no sjf run finished: all cost fifo's mean
+    tally.finished(3, math.nan)  # a failed run without a wall time counts as done, not as time
+    tally.finished(4, 30.0)  # sjf runs take 30 s
+    tally.finished(2, 6.0)
+    assert seen == [
+        Count(2, 6, (3.0 + 3 * 3.0) / 2),
+        Count(3, 6, (3.0 + 2 * 3.0) / 2),
+        Count(4, 6, (3.0 + 30.0) / 2),
+        Count(5, 6, 30.0),  # one run left and two workers: one run's time
+    ]
+    assert SweepTally(runs, {}, 2).eta_s() is None  # no run finished yet
 
 
 def test_count_lines_are_throttled_and_say_done_left_and_eta(

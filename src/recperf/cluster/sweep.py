@@ -30,10 +30,11 @@ from recperf.cluster.sweep_backends import (
     run_one,
 )
 from recperf.cluster.sweep_store import RunStore
+from recperf.cluster.sweep_tally import SweepTally
 from recperf.cluster.traces import BUNDLED
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
-from recperf.core.progress import Count, CountFn, ProgressFn
+from recperf.core.progress import CountFn, ProgressFn
 from recperf.core.results import write_json, write_parquet
 
 __all__ = [
@@ -166,7 +167,7 @@ class Sweep:
 
 def split_trace(entry: str) -> tuple[str, str | None]:
     """``NAME@CLUSTER`` -> (NAME, CLUSTER); a bundled name or existing file keeps any ``@``."""
-    if entry in BUNDLED or Path(entry).exists():
+    if entry in BUNDLED or os.path.exists(entry):  # never raises (an overlong name: False)
         return entry, None
     name, sep, cluster = entry.rpartition("@")
     if not sep:
@@ -230,9 +231,10 @@ def run_sweep(
     spec = {**sweep.definition(), "keep_jobs": keep_jobs}  # what decides the results
     store = RunStore(Path(out), spec) if out is not None else None
     kept = store.begin(runs, resume) if store is not None else {}
-    todo = [i for i in range(len(runs)) if i not in kept]
+    todo = _interleaved(sweep, runs, [i for i in range(len(runs)) if i not in kept])
     width = 1 if backend == "serial" else workers or os.cpu_count() or 1
-    tally = _Tally(len(runs), [r["wall_s"] for r in kept.values()], width, progress, counts)
+    walls = {i: row["wall_s"] for i, row in kept.items()}
+    tally = SweepTally(runs, walls, width, progress, counts)
     outcomes: list[RunOutcome | None] = [None] * len(runs)
 
     def on_done(j: int, outcome: RunOutcome) -> None:
@@ -240,7 +242,7 @@ def run_sweep(
         if store is not None:
             store.save(runs[i], outcome)
         outcomes[i] = outcome
-        tally.finished(outcome.row["wall_s"])
+        tally.finished(i, outcome.row["wall_s"])
 
     try:
         _execute(backend, [runs[i] for i in todo], keep_jobs, width, address, on_done, tally.start)
@@ -253,6 +255,14 @@ def run_sweep(
     finished = [o for o in outcomes if o is not None]
     assert len(finished) == len(runs), "a backend lost a run"
     return SweepResult(sweep, _uniform_rows([o.row for o in finished]), _jobs_table(finished))
+
+
+def _interleaved(sweep: Sweep, runs: Sequence[SweepRun], todo: list[int]) -> list[int]:
+    """``todo`` seed by seed, then congestion by congestion: the first runs to finish cover every
+    trace and scheduler, so the time left is estimated from each one's own runs early on."""
+    seed_at = {s: k for k, s in enumerate(sweep.seeds)}
+    congestion_at = {c: k for k, c in enumerate(sweep.congestion)}
+    return sorted(todo, key=lambda i: (seed_at[runs[i].seed], congestion_at[runs[i].congestion], i))
 
 
 def _execute(
@@ -273,46 +283,6 @@ def _execute(
         _run_local(runs, keep_jobs, min(workers, len(runs)), on_done)
     else:
         _run_ray(runs, keep_jobs, workers, address, on_done, on_start=start)
-
-
-class _Tally:
-    """Runs done of the total, and the time left: the mean wall time of the finished runs (kept
-    ones included) times the runs left, over the workers that run them."""
-
-    def __init__(
-        self,
-        total: int,
-        walls: list[float],
-        workers: int,
-        progress: ProgressFn | None,
-        counts: CountFn | None,
-    ) -> None:
-        self.total, self.done, self.workers = total, len(walls), workers
-        self.walls = [w for w in walls if w is not None and math.isfinite(w)]
-        self.progress, self.counts = progress, counts
-
-    def start(self) -> None:
-        self._report()
-
-    def finished(self, wall_s: float | None) -> None:
-        self.done += 1
-        if wall_s is not None and math.isfinite(wall_s):
-            self.walls.append(wall_s)
-        self._report()
-
-    def eta_s(self) -> float | None:
-        left = self.total - self.done
-        if left == 0:
-            return 0.0
-        if not self.walls:
-            return None
-        return sum(self.walls) / len(self.walls) * left / min(self.workers, left)
-
-    def _report(self) -> None:
-        if self.progress is not None:
-            self.progress(self.done / self.total)
-        if self.counts is not None:
-            self.counts(Count(self.done, self.total, self.eta_s()))
 
 
 def _uniform_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
