@@ -16,6 +16,7 @@ from recperf.cluster.api import (
     RunSpec,
     build_placement,
     build_scheduler,
+    bundled_dropped,
     compare,
     load_jobs,
     simulate,
@@ -79,6 +80,13 @@ DropOpt = typer.Option(
     help="Drop the jobs that need more GPUs than the cluster has (counted as dropped_oversized "
     "in the summary) instead of failing on the first.",
 )
+DropInvalidOpt = typer.Option(
+    False,
+    "--drop-invalid",
+    help="Drop the trace rows that cannot be simulated (a run time <= 0, no GPUs, a missing or "
+    "unreadable field), counted by reason as dropped_invalid in the summary, instead of failing "
+    "on the first (= --set FORMAT.drop_invalid=true; synthetic jobs are never invalid).",
+)
 
 TIMERS = Flag("timers", "netsens", str | None,
     "netsens delay timers: auto (learned per GPU-demand class) or RACK_S,NET_S fixed seconds "
@@ -137,6 +145,7 @@ def build_spec(
     seed: int,
     jitter_s: float | None,
     drop_oversized: bool = False,
+    drop_invalid: bool = False,
 ) -> tuple[RunSpec, dict[str, dict[str, Any]]]:
     """The RunSpec of the first scheduler and every scheduler's validated options, from the
     --config tables, --set pairs and shortcut flags (flags win)."""
@@ -150,6 +159,8 @@ def build_spec(
     formats = trace_scopes([trace], fmt)  # their loaders' Configs are --set scopes too
     opts = settings.resolve(["synthetic", "engine", *formats, placement, *schedulers], renamed)
     for f in formats:  # a bad column mapping fails now, before the trace is read
+        if drop_invalid:
+            opts[f]["drop_invalid"] = True
         TRACE_LOADERS.config(f, opts[f])
     PLACEMENTS.config(placement, opts[placement])
     build_placement(placement)
@@ -187,6 +198,7 @@ def simulate_cmd(
     seed: int = SeedOpt,
     jitter_s: float | None = JitterOpt,
     drop_oversized: bool = DropOpt,
+    drop_invalid: bool = DropInvalidOpt,
     opt: list[str] | None = typer.Option(
         None, "--opt", help="KEY=VALUE: alias of --set SCHEDULER.KEY=VALUE (repeatable)."
     ),
@@ -196,6 +208,7 @@ def simulate_cmd(
     spec, _ = build_spec(
         settings, trace=trace, fmt=fmt, schedulers=[scheduler], placement=placement,
         cluster=cluster, seed=seed, jitter_s=jitter_s, drop_oversized=drop_oversized,
+        drop_invalid=drop_invalid,
     )  # fmt: skip
     out = settings.out
     assert out is not None
@@ -235,6 +248,7 @@ def compare_cmd(
     seed: int = SeedOpt,
     jitter_s: float | None = JitterOpt,
     drop_oversized: bool = DropOpt,
+    drop_invalid: bool = DropInvalidOpt,
 ) -> None:
     """Run several schedulers on the same trace and print one table."""
     names = parse_names(schedulers, "--schedulers")
@@ -243,7 +257,7 @@ def compare_cmd(
         raise ConfigError(f"--schedulers lists {dup!r} twice")
     spec, per_scheduler = build_spec(
         settings, trace=trace, fmt=fmt, schedulers=names, placement=placement, cluster=cluster,
-        seed=seed, jitter_s=jitter_s, drop_oversized=drop_oversized,
+        seed=seed, jitter_s=jitter_s, drop_oversized=drop_oversized, drop_invalid=drop_invalid,
     )  # fmt: skip
     out = settings.out
     assert out is not None
@@ -355,6 +369,7 @@ def sweep_cmd(
     max_runs: int = typer.Option(
         MAX_SWEEP_RUNS, help="Refuse a sweep of more runs than this (a guard against typos)."
     ),
+    drop_invalid: bool = DropInvalidOpt,
     drop_oversized: bool = DropOpt,
     resume: bool = typer.Option(
         False,
@@ -381,6 +396,8 @@ def sweep_cmd(
     formats = trace_scopes([split_trace(t)[0] for t in parse_names(traces, "--traces")], fmt)
     opts = settings.with_sets(opt or [], "--opt").resolve(["engine", *formats, placement, *names])
     for f in formats:
+        if drop_invalid:
+            opts[f]["drop_invalid"] = True
         TRACE_LOADERS.config(f, opts[f])
     if "congestion" in opts["engine"]:
         raise ConfigError("engine.congestion: a sweep takes its congestion from --congestion")
@@ -438,12 +455,18 @@ def sweep_cmd(
         raise typer.Exit(1)
 
 
+def _trace_entry(name: str) -> str:
+    """A bundled trace, described, with how many rows --drop-invalid drops from it."""
+    dropped = bundled_dropped(name) if BUNDLED[name].format != "synthetic" else None
+    count = "" if dropped is None else f"; {sum(dropped.values())} rows dropped as invalid"
+    return f"{name} ({BUNDLED[name].description}{count})"
+
+
 @app.command("list")
 def list_cmd() -> None:
-    """List bundled traces, cluster presets, schedulers and placement policies."""
-    console.print(
-        "[bold]traces[/]: " + ", ".join(f"{k} ({v.description})" for k, v in BUNDLED.items())
-    )
+    """List bundled traces (with the rows each drops as invalid), cluster presets, schedulers
+    and placement policies."""
+    console.print("[bold]traces[/]: " + ", ".join(_trace_entry(k) for k in BUNDLED))
     console.print(
         "[bold]clusters[/]: " + ", ".join(f"{k} ({load_cluster(k).shape})" for k in preset_names())
     )

@@ -170,12 +170,31 @@ def load_jobs(spec: RunSpec) -> tuple[JobTable, Cluster]:
     cluster = load_cluster(spec.cluster or default)
     jobs = loader.load(path, cluster, np.random.default_rng(spec.seed))
     if len(jobs) == 0:  # a header-only file would summarise to nulls
-        raise TraceFormatError(path or spec.trace, None, None, "holds no jobs")
+        dropped = sum((jobs.dropped_invalid or {}).values())
+        why = f" ({dropped} rows dropped as invalid)" if dropped else ""
+        raise TraceFormatError(path or spec.trace, None, None, f"holds no jobs{why}")
     if spec.drop_oversized:
         jobs = drop_oversized(jobs, cluster, path or spec.trace)
     if spec.jitter_s > 0:
         jobs = jitter_arrivals(jobs, spec.jitter_s, spec.seed)
     return jobs, cluster
+
+
+def dropping_invalid(spec: RunSpec) -> RunSpec:
+    """``spec`` with its trace format's ``drop_invalid`` on (``--drop-invalid``); a synthetic
+    trace, whose jobs are never invalid, is unchanged."""
+    fmt = trace_format(spec.trace, spec.format)
+    if fmt is None or fmt == "synthetic":
+        return spec
+    options = {**spec.trace_options.get(fmt, {}), "drop_invalid": True}
+    return spec.replace(trace_options={**spec.trace_options, fmt: options})
+
+
+def bundled_dropped(trace: str) -> dict[str, int] | None:
+    """The rows of bundled ``trace`` that cannot be simulated, by reason, as ``--drop-invalid``
+    drops them; None for a generated trace."""
+    jobs, _ = load_jobs(dropping_invalid(RunSpec(trace=trace)))
+    return None if jobs.dropped_invalid is None else dict(jobs.dropped_invalid)
 
 
 def drop_oversized(jobs: JobTable, cluster: Cluster, source: Path | str) -> JobTable:
@@ -222,6 +241,9 @@ def run_summary(spec: RunSpec, res: SimResult) -> dict[str, Any]:
     summary = summarize(res)
     summary.update(trace=spec.trace, seed=spec.seed, congestion=spec.engine.congestion)
     summary.update(res.jobs.trace_notes)  # what loading skipped, rounded or dropped
+    if res.jobs.dropped_invalid is not None:
+        summary["dropped_invalid"] = sum(res.jobs.dropped_invalid.values())
+        summary["dropped_invalid_by_reason"] = dict(res.jobs.dropped_invalid)
     return summary
 
 

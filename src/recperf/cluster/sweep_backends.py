@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import math
 import multiprocessing as mp
 import signal
@@ -61,12 +62,18 @@ def run_one(run: SweepRun, keep_jobs: bool = False) -> RunOutcome:
     except Exception as exc:
         return failed_outcome(run, exc, time.perf_counter() - t0)
     row = {**run.keys(), "status": "ok", "error": "", "wall_s": time.perf_counter() - t0}
-    row.update((k, v) for k, v in summary.items() if k not in row)
+    row.update((k, _cell(v)) for k, v in summary.items() if k not in row)
     if jobs is not None:
         n = len(res.jobs)
         tags = {k: [v] * n if isinstance(v, str) else np.full(n, v) for k, v in run.keys().items()}
         jobs = {**tags, **jobs}
     return RunOutcome(row, jobs)
+
+
+def _cell(value: Any) -> Any:
+    """A summary value as a runs.parquet cell: a mapping (``dropped_invalid_by_reason``) as its
+    JSON text, since as a Parquet struct its fields would change from run to run."""
+    return json.dumps(value, sort_keys=True) if isinstance(value, dict) else value
 
 
 def failed_outcome(run: SweepRun, exc: BaseException, wall_s: float = math.nan) -> RunOutcome:
