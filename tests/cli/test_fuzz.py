@@ -7,8 +7,12 @@ the suite's time; the count of inputs tried is printed (``-s``) and recorded in 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -173,10 +177,12 @@ def _shm() -> set[str]:
     return {p.name for p in SHM_DIR.iterdir()}
 
 
-def _run(args: list[str], cwd: Path, out: Path | None) -> None:
-    """One fuzzed invocation and every check on it."""
+def _run(args: list[str], cwd: Path, out: Path | None, limit_s: int = 0) -> Any:
+    """One fuzzed invocation and every check on it (within ``limit_s`` seconds when given: a
+    read that blocks, say on a FIFO, is cut by SIGALRM and fails the check); its result."""
     before_files, before_shm, before_kids = _files(cwd), _shm(), _children()
-    res = runner.invoke(app, args)
+    with _time_limit(limit_s, args):
+        res = runner.invoke(app, args)
     text = res.stdout + res.stderr
     where = f"recperf {' '.join(args)}"
     assert res.exit_code in (0, 2), (
@@ -196,6 +202,24 @@ def _run(args: list[str], cwd: Path, out: Path | None) -> None:
         time.sleep(0.1)
     assert not _shm() - before_shm, f"{where}: left /dev/shm {sorted(_shm() - before_shm)[:5]}"
     assert not _children() - before_kids, f"{where}: left child processes"
+    return res
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: int, args: list[str]) -> Iterator[None]:
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"recperf {' '.join(args)}: still running after {seconds} s")
+
+    if seconds <= 0:
+        yield
+        return
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture(scope="module")
@@ -340,3 +364,165 @@ def test_a_corrupted_bundled_input_is_one_line_or_accepted(
         _run([*args, str(bad), *extra, "--out", str(out)], tmp_path, out)
 
     fuzz()
+
+
+# ------------------------------------------- special files, long names, full disks, hang-ups
+
+INPUT_FLAGS = {
+    "trace": ("cluster", "simulate", "--scheduler", "fifo", "--format", "tiresias", "--trace"),
+    "cluster": ("cluster", "simulate", "--scheduler", "fifo", "--trace", "tiresias-60",
+                "--cluster"),
+    "config": ("cluster", "simulate", "--scheduler", "fifo", "--trace", "tiresias-60",
+               "--config"),
+    "sweep-traces": ("cluster", "sweep", "--schedulers", "fifo", "--backend", "serial",
+                     "--traces"),
+    "spec": ("ingest", "simulate", "--tuner", "static", "--budget-s", "1", "--spec"),
+    "data": ("ingest", "run", "--seconds", "0.3", "--data"),
+    "alloc": ("ingest", "run", "--seconds", "0.3", "--data", "{data}", "--alloc"),
+    "model": ("stalls", "predict", "--grad-bytes", "1e6", "--layers", "2", "--ranks", "2",
+              "--model"),
+    "kineto": ("stalls", "analyze", "--traces"),
+    "run": ("stalls", "analyze", "--run"),
+    "profile": ("stalls", "advise", "--budget-h", "2", "--profile"),
+    "catalog": ("stalls", "advise", "--budget-h", "2", "--profile", "{prof}", "--catalog"),
+    "profiles": ("stalls", "fit", "--profiles"),
+    "export": ("stalls", "export", "--profile"),
+    "embed-trace": ("embed", "stats", "--rows", "1000", "--batch-lookups", "100", "--top-k",
+                    "10", "--trace"),
+}  # fmt: skip
+"""Every option that names an input file or directory, with what makes the rest valid."""
+SPECIAL = ("fifo", "dev-zero", "directory", "long-name")
+
+
+def _special(kind: str, work: Path) -> str:
+    """A path of ``kind``: a FIFO nobody writes, a device that never ends, a directory, or a
+    name with a 300-byte component (the usual limit is 255)."""
+    if kind == "fifo":
+        os.mkfifo(work / "in.csv")
+        return str(work / "in.csv")
+    if kind == "directory":
+        (work / "in.d").mkdir()
+        return str(work / "in.d")
+    return "/dev/zero" if kind == "dev-zero" else str(work / ("n" * 300) / "in.csv")
+
+
+@pytest.mark.parametrize("flag", sorted(INPUT_FLAGS))
+def test_a_special_file_or_long_name_as_input_is_one_line_at_once(
+    flag: str, inputs: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data, prof, _ = inputs
+    monkeypatch.chdir(tmp_path)
+    for kind in SPECIAL:
+        work = tmp_path / kind
+        work.mkdir()
+        base = [a.format(data=data, prof=prof) for a in INPUT_FLAGS[flag]]
+        args = [*base, _special(kind, work), "--out", str(work / "out")]
+        TRIED[f"special {kind}"] = TRIED.get(f"special {kind}", 0) + 1
+        res = _run(args, tmp_path, work / "out", limit_s=30)
+        if kind != "directory":  # a directory is what some of these options take
+            assert res.exit_code == 2, f"{kind}: {res.output[-400:]}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("cluster", "simulate", "--scheduler", "fifo", "--trace", "tiresias-60"),
+     ("ingest", "generate", "--rows", "100"),
+     ("stalls", "fit", "--profiles", "{prof}")],
+    ids=lambda a: " ".join(a[:2]),
+)  # fmt: skip
+def test_an_overlong_out_name_is_one_line(
+    args: tuple[str, ...], inputs: tuple[Path, Path, Path], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / ("o" * 300) / "x"
+    res = _run([*(a.format(prof=inputs[1]) for a in args), "--out", str(out)], tmp_path, None, 30)
+    assert res.exit_code == 2 and "300 bytes, over the file system's limit" in res.output
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs, filled: every write on it fails with ENOSPC (needs root to mount)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                           capture_output=True, text=True)  # fmt: skip
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mount.stderr.strip()}")
+    try:
+        with contextlib.suppress(OSError), (disk / "filler").open("wb") as fh:
+            fh.write(b"x" * (1 << 20))
+        (disk / "out").mkdir(exist_ok=True)
+        yield disk
+    finally:  # lazily: a writer that failed may hold a descriptor until it is collected
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("cluster", "simulate", "--scheduler", "fifo", "--trace", "tiresias-60"),
+     ("stalls", "advise", "--budget-h", "2", "--profile", "{prof}")],
+    ids=lambda a: " ".join(a[:2]),
+)  # fmt: skip
+def test_a_full_disk_is_one_line_and_leaves_no_temporary(
+    args: tuple[str, ...], inputs: tuple[Path, Path, Path], full_disk: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.chdir(full_disk.parent)
+    out = full_disk / "out"
+    TRIED["full disk"] = TRIED.get("full disk", 0) + 1
+    res = _run([*(a.format(prof=inputs[1]) for a in args), "--out", str(out)], full_disk, out, 60)
+    assert res.exit_code == 2, res.output[-400:]
+    assert "cannot write: no space left on device" in res.output, res.output[-400:]
+    assert sorted(p.name for p in out.iterdir()) == []  # no result, no temporary
+
+
+def test_two_generate_runs_into_one_out_the_second_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "gen"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "recperf.cli.main", "ingest", "generate", "--rows", "30000000",
+         "--out", str(out)], stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and any(out.glob(".part-*.tmp"))):
+            assert first.poll() is None and time.monotonic() < deadline, "first run not writing"
+            time.sleep(0.05)
+        res = runner.invoke(app, ["ingest", "generate", "--rows", "100", "--out", str(out)])
+        assert res.exit_code == 2
+        assert "another run is writing into this directory" in res.output, res.output
+        assert first.poll() is None and any(out.glob(".part-*.tmp"))  # untouched, still going
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 128 + signal.SIGTERM
+    assert sorted(p.name for p in out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "delay_s"),
+    [(("ingest", "generate", "--rows", "30000000"), 0.05),
+     (("cluster", "simulate", "--scheduler", "fifo", "--trace", "synthetic", "--jobs",
+       "20000"), 1.5),
+     (("ingest", "generate", "--rows", "30000000"), 3.0)],
+    ids=["importing", "simulating", "generating"],
+)  # fmt: skip
+def test_a_hang_up_at_any_moment_leaves_nothing(
+    args: tuple[str, ...], delay_s: float, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "recperf.cli.main", *args, "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    time.sleep(delay_s)
+    os.killpg(proc.pid, signal.SIGHUP)  # what a closed terminal sends its process group
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"{args}: still running 30 s after SIGHUP") from None
+    TRIED["sighup"] = TRIED.get("sighup", 0) + 1
+    assert proc.returncode in (0, 2, 128 + signal.SIGHUP, -signal.SIGHUP), err
+    if proc.returncode != -signal.SIGHUP:  # before main(): the interpreter's own default
+        assert "Traceback" not in err and err.count("interrupted") <= 1, err
+    left = sorted(p.name for p in tmp_path.rglob("*") if p.name.endswith(".tmp"))
+    assert left == [], left

@@ -231,8 +231,9 @@ def fit_cmd(
 
     samples = []
     for p in profiles:
+        summary = _summary_file(p)  # checks p first (an overlong name, a FIFO)
         summary_path = p / "summary.json" if p.is_dir() else p
-        samples += samples_from(_summary_file(p).get("comm_samples"), str(summary_path))
+        samples += samples_from(summary.get("comm_samples"), str(summary_path))
     model = fit(samples)
     out = settings.out
     assert out is not None
