@@ -38,8 +38,9 @@ from recperf.cluster.sweep import (
     write_sweep,
 )
 from recperf.cluster.sweep_tally import SweepTally
-from recperf.core.errors import ConfigError, RecperfError
+from recperf.core.errors import ConfigError, OutputError, RecperfError
 from recperf.core.progress import Count, count_progress
+from recperf.core.results import exclusive_dir
 
 # 4 racks of 2 machines x 2 GPUs with thin uplinks: the trace's 8-GPU jobs must cross racks, so
 # congestion changes their communication time.
@@ -356,6 +357,13 @@ def test_another_sweep_in_out_is_refused(cross_rack: Path, uninterrupted: Path) 
     with pytest.raises(ConfigError, match="keep_jobs: true there, false here"):
         run_sweep(sweep, backend="serial", keep_jobs=False, out=uninterrupted, resume=True)
     assert {p: p.read_bytes() for p in run_files(uninterrupted)} == before
+
+
+def test_a_second_sweep_into_a_busy_out_is_refused(tmp_path: Path) -> None:
+    sweep = Sweep(traces=("tiresias-60",), schedulers=("fifo",))
+    with exclusive_dir(tmp_path), pytest.raises(OutputError, match="another run is writing"):
+        run_sweep(sweep, backend="serial", out=tmp_path, resume=True)
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_damaged_run_file_is_one_line(cross_rack: Path, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import itertools
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from recperf.cluster.traces import BUNDLED
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
 from recperf.core.progress import CountFn, ProgressFn
-from recperf.core.results import write_json, write_parquet
+from recperf.core.results import exclusive_dir, write_json, write_parquet
 
 __all__ = [
     "BACKENDS",
@@ -228,33 +229,41 @@ def run_sweep(
     if workers is not None:
         check_range("workers", workers, 1, 4096)
     runs = sweep.runs()
-    spec = {**sweep.definition(), "keep_jobs": keep_jobs}  # what decides the results
-    store = RunStore(Path(out), spec) if out is not None else None
-    kept = store.begin(runs, resume) if store is not None else {}
-    todo = _interleaved(sweep, runs, [i for i in range(len(runs)) if i not in kept])
-    width = 1 if backend == "serial" else workers or os.cpu_count() or 1
-    walls = {i: row["wall_s"] for i, row in kept.items()}
-    tally = SweepTally(runs, walls, width, progress, counts)
-    outcomes: list[RunOutcome | None] = [None] * len(runs)
+    with ExitStack() as stack:
+        store = None if out is None else _open_store(stack, Path(out), sweep, keep_jobs)
+        kept = store.begin(runs, resume) if store is not None else {}
+        todo = _interleaved(sweep, runs, [i for i in range(len(runs)) if i not in kept])
+        width = 1 if backend == "serial" else workers or os.cpu_count() or 1
+        tally = SweepTally(runs, {i: r["wall_s"] for i, r in kept.items()}, width, progress, counts)
+        outcomes: list[RunOutcome | None] = [None] * len(runs)
 
-    def on_done(j: int, outcome: RunOutcome) -> None:
-        i = todo[j]
-        if store is not None:
-            store.save(runs[i], outcome)
-        outcomes[i] = outcome
-        tally.finished(i, outcome.row["wall_s"])
+        def on_done(j: int, outcome: RunOutcome) -> None:
+            i = todo[j]
+            if store is not None:
+                store.save(runs[i], outcome)
+            outcomes[i] = outcome
+            tally.finished(i, outcome.row["wall_s"])
 
-    try:
-        _execute(backend, [runs[i] for i in todo], keep_jobs, width, address, on_done, tally.start)
-    except KeyboardInterrupt:
-        if store is None:
-            raise
-        raise SweepInterrupted(store.kept(runs), len(runs)) from None
-    if store is not None:  # one road to the tables, whether the runs were kept or new
-        outcomes = [store.load(run) for run in runs]
+        try:
+            sub = [runs[i] for i in todo]
+            _execute(backend, sub, keep_jobs, width, address, on_done, tally.start)
+        except KeyboardInterrupt:
+            if store is None:
+                raise
+            raise SweepInterrupted(store.kept(runs), len(runs)) from None
+        if store is not None:  # one road to the tables, whether the runs were kept or new
+            outcomes = [store.load(run) for run in runs]
     finished = [o for o in outcomes if o is not None]
     assert len(finished) == len(runs), "a backend lost a run"
     return SweepResult(sweep, _uniform_rows([o.row for o in finished]), _jobs_table(finished))
+
+
+def _open_store(stack: ExitStack, out: Path, sweep: Sweep, keep_jobs: bool) -> RunStore:
+    """The run files of ``sweep`` in ``out``, which this process holds until ``stack`` closes
+    (a second sweep into the same --out meanwhile is refused, not mixed in)."""
+    out.mkdir(parents=True, exist_ok=True)
+    stack.enter_context(exclusive_dir(out))
+    return RunStore(out, {**sweep.definition(), "keep_jobs": keep_jobs})  # what decides results
 
 
 def _interleaved(sweep: Sweep, runs: Sequence[SweepRun], todo: list[int]) -> list[int]:
