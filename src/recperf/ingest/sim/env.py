@@ -293,13 +293,13 @@ def random_spec(rng: np.random.Generator) -> PipelineSpec:
     )
     ones = float(mem.sum())
     need = float((np.maximum(ideal, 1.0) * mem).sum())
-    budget = max(ones * 1.3, need * rng.uniform(0.4, 2.0))
+    budget = max(ones * 1.3, need * float(exact.uniform(rng, 0.4, 2.0, 1)[0]))
     return PipelineSpec(
         name="random",
         cores=cores,
         memory_budget_gib=budget / 1024,
         stages=stages,
-        transfer_us_per_row=float(rng.uniform(0.0, 0.5)),
+        transfer_us_per_row=float(exact.uniform(rng, 0.0, 0.5, 1)[0]),
     )
 
 

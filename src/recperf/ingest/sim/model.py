@@ -386,7 +386,8 @@ def pattern_oracle(
     )
     x = ratios[:, None] * costs[None, :]
     w = np.maximum(1.0, np.ceil(x - 1e-9 * np.maximum(1.0, x)))
-    mib = w @ np.asarray(spec.segment_memory_mib(segs)) + spec.buffer_mib(len(segs))
+    per_worker = np.asarray(spec.segment_memory_mib(segs))
+    mib = (w * per_worker).sum(axis=1) + spec.buffer_mib(len(segs))  # no BLAS: same bits anywhere
     ok = (w <= lim).all(axis=1) & (mib <= spec.memory_budget_gib * 1024 * (1 + 1e-12))
     if not ok.any():
         return None
