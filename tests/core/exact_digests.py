@@ -76,6 +76,8 @@ def ingest(tmp: Path) -> dict[str, str]:
     for tuner in ("intune", "autotune", "plumber"):
         doc = simulate("udf-64", tuner, seed=3, budget_s=40.0, noise=0.05)
         out[f"ingest:simulate:{tuner}"] = sha(json.dumps(doc, sort_keys=True).encode())
+    doc = simulate("membound-128", "oracle", seed=1, budget_s=5.0)
+    out["ingest:simulate:membound-oracle"] = sha(json.dumps(doc, sort_keys=True).encode())
     specs = [ienv.random_spec(np.random.default_rng(s)) for s in range(20)]
     out["ingest:random_spec"] = sha(repr(specs).encode())
     generate(GenerateConfig(rows=3000, shards=2, seed=7), tmp / "criteo")
