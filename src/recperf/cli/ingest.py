@@ -127,7 +127,7 @@ def _share(fraction: float | None) -> str:
 
 
 @command(
-    app, "pretrain", writes="the weights (e.g. intune-dqn.pt)", out="required", out_is_dir=False,
+    app, "pretrain", writes="the weights (e.g. intune-dqn.npz)", out="required", out_is_dir=False,
     json_help="Print the training record (episodes, wall time, fractions) as JSON.",
 )  # fmt: skip
 def pretrain_cmd(

@@ -1,74 +1,31 @@
-"""The DQN behind ``intune``: a Q-network that scores every (source, destination, kind) action
-from the two stages' features, a replay buffer, double-DQN updates with a target network, and
-pre-training on random simulated pipelines."""
+"""The DQN behind ``intune``: a Q-network (``qnet``, exact on any CPU) that scores every
+(source, destination, kind) action from the two stages' features, a replay buffer, double-DQN
+updates with a target network, and pre-training on random simulated pipelines."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-from torch import nn
 
 from recperf.core.config import check_range, check_seed
-from recperf.core.errors import ConfigError
 from recperf.ingest.sim import env as ienv
-
-HIDDEN = 32
+from recperf.ingest.tuners.qnet import Adam, huber
+from recperf.ingest.tuners.qnet import QNet as QNet
+from recperf.ingest.tuners.qnet import load as load
+from recperf.ingest.tuners.qnet import save as save
 
 
 @contextmanager
 def one_thread() -> Iterator[None]:
-    """Run torch on one thread: these tiny batches only lose to thread hand-offs (measured
-    10x slower with 2 threads on a busy 2-core host)."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
-class QNet(nn.Module):
-    """Q(s, a) = MLP(features of a's source stage, of its destination, globals, a's kind):
-    one shared scorer for all actions, so it generalises across stage counts and slots."""
-
-    src: torch.Tensor
-    dst: torch.Tensor
-    kind: torch.Tensor
-
-    def __init__(self) -> None:
-        super().__init__()
-        src = [i if i >= 0 else ienv.MAX_STAGES for _, i, _ in ienv.ACTIONS]
-        dst = [j if j >= 0 else ienv.MAX_STAGES for _, _, j in ienv.ACTIONS]
-        kind = torch.zeros(ienv.N_ACTIONS, len(ienv.KINDS))
-        for a, (k, _, _) in enumerate(ienv.ACTIONS):
-            kind[a, k] = 1.0
-        self.register_buffer("src", torch.tensor(src))
-        self.register_buffer("dst", torch.tensor(dst))
-        self.register_buffer("kind", kind)
-        width = 2 * ienv.STAGE_FEATURES + ienv.GLOBAL_FEATURES + len(ienv.KINDS)
-        self.mlp = nn.Sequential(
-            nn.Linear(width, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN), nn.ReLU(),
-            nn.Linear(HIDDEN, 1),
-        )  # fmt: skip
-
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        b = obs.shape[0]
-        stages = obs[:, : ienv.MAX_STAGES * ienv.STAGE_FEATURES].view(
-            b, ienv.MAX_STAGES, ienv.STAGE_FEATURES
-        )
-        pad = torch.cat([stages, stages.new_zeros(b, 1, ienv.STAGE_FEATURES)], dim=1)
-        glob = obs[:, -ienv.GLOBAL_FEATURES :].unsqueeze(1).expand(b, ienv.N_ACTIONS, -1)
-        kind = self.kind.unsqueeze(0).expand(b, -1, -1)
-        x = torch.cat([pad[:, self.src], pad[:, self.dst], glob, kind], dim=2)
-        out: torch.Tensor = self.mlp(x).squeeze(2)
-        return out
+    """Kept while ``intune`` still enters it: the numpy Q-network is single-threaded already,
+    so there is nothing left to pin (it pinned torch's threads)."""
+    yield
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -101,15 +58,14 @@ class Learner:
         self.config = config
         self.rng = rng
         self.net = net
-        self.target = QNet()
-        self.target.load_state_dict(net.state_dict())
-        self.opt = torch.optim.Adam(net.parameters(), lr=config.lr)
+        self.target = net.copy()
+        self.opt = Adam(net.params, lr=config.lr)
         cap, o = config.buffer, ienv.OBS_SIZE
         self.obs = np.zeros((cap, o), np.float32)
         self.next_obs = np.zeros((cap, o), np.float32)
         self.next_mask = np.zeros((cap, ienv.N_ACTIONS), bool)
         self.act = np.zeros(cap, np.int64)
-        self.rew = np.zeros(cap, np.float32)
+        self.rew = np.zeros(cap, np.float64)
         self.size = self.pos = self.updates = 0
 
     def add(self, o: np.ndarray, a: int, r: float, o2: np.ndarray, mask2: np.ndarray) -> None:
@@ -120,30 +76,26 @@ class Learner:
         self.size = min(self.size + 1, self.config.buffer)
 
     def act_greedy(self, o: np.ndarray, mask: np.ndarray) -> int:
-        with torch.no_grad():
-            q = self.net(torch.from_numpy(o[None])).numpy()[0]
-        q[~mask.astype(bool)] = -np.inf
-        return int(np.argmax(q))
+        """The allowed action of highest Q (the first of equals; action 0 if none is allowed)."""
+        return int(np.argmax(self.net.masked(o[None], mask[None].astype(bool))[0]))
 
     def update(self) -> float:
+        """One Adam step on the Huber loss of a replayed batch against its double-DQN target
+        (the online network picks the next action, the target network scores it)."""
         if self.size < min(self.config.batch, 16):
             return 0.0
         idx = self.rng.integers(0, self.size, min(self.config.batch, self.size))
-        o, o2 = torch.from_numpy(self.obs[idx]), torch.from_numpy(self.next_obs[idx])
-        mask2 = torch.from_numpy(self.next_mask[idx])
-        with torch.no_grad():
-            best = self.net(o2).masked_fill(~mask2, -1e9).argmax(1, keepdim=True)
-            nxt = self.target(o2).gather(1, best).squeeze(1)
-            y = torch.from_numpy(self.rew[idx]) + self.config.gamma * nxt
-        q = self.net(o).gather(1, torch.from_numpy(self.act[idx])[:, None]).squeeze(1)
-        loss = nn.functional.smooth_l1_loss(q, y)
-        self.opt.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        self.opt.step()
+        o, o2 = self.obs[idx], self.next_obs[idx]
+        rows = np.arange(len(idx))
+        best = np.argmax(self.net.masked(o2, self.next_mask[idx]), axis=1)
+        y = self.rew[idx] + self.config.gamma * self.target.q(o2, rows, best)
+        q, cache = self.net.forward(o, rows, self.act[idx])
+        loss, dq = huber(q, y)
+        self.opt.step(self.net.backward(cache, dq))
         self.updates += 1
         if self.updates % self.config.target_every == 0:
-            self.target.load_state_dict(self.net.state_dict())
-        return float(loss.detach())
+            self.target = self.net.copy()
+        return loss
 
 
 def pretrain(
@@ -155,24 +107,13 @@ def pretrain(
     eps_start: float = 1.0,
     eps_end: float = 0.05,
 ) -> tuple[QNet, dict[str, Any]]:
-    """Train a QNet from scratch on ``episodes`` random simulated pipelines (seeded)."""
+    """Train a QNet from scratch on ``episodes`` random simulated pipelines (seeded: the
+    initial weights, pipelines and exploration all come from one generator)."""
     check_range("episodes", episodes, 1, 10**6)
     check_seed(seed)
-    with one_thread():
-        return _pretrain(episodes, seed, episode_steps, config or DQNConfig(), eps_start, eps_end)
-
-
-def _pretrain(
-    episodes: int,
-    seed: int,
-    episode_steps: int,
-    config: DQNConfig,
-    eps_start: float,
-    eps_end: float,
-) -> tuple[QNet, dict[str, Any]]:
-    torch.manual_seed(seed)
+    config = config or DQNConfig()
     rng = np.random.default_rng(seed)
-    learner = Learner(config, rng, QNet())
+    learner = Learner(config, rng, QNet.init(rng))
     env = ienv.IngestEnv(None, episode_steps=episode_steps)
     t0 = time.perf_counter()
     finals = []
@@ -196,21 +137,7 @@ def _pretrain(
         "seed": seed,
         "episode_steps": episode_steps,
         "wall_s": time.perf_counter() - t0,
-        "final_fraction_last100": float(np.mean(finals[-100:])),
+        "final_fraction_last100": math.fsum(finals[-100:]) / len(finals[-100:]),
+        "weights_sha256": learner.net.digest(),
     }
     return learner.net, meta
-
-
-def save(net: QNet, meta: dict[str, Any], path: str | Path) -> None:
-    torch.save({"state_dict": net.state_dict(), "meta": meta}, str(path))
-
-
-def load(path: str | Path) -> tuple[QNet, dict[str, Any]]:
-    """Load weights saved by ``save``; a missing or bad file is a one-line ConfigError."""
-    try:
-        blob = torch.load(str(path), map_location="cpu", weights_only=True)
-        net = QNet()
-        net.load_state_dict(blob["state_dict"])
-    except (OSError, KeyError, RuntimeError, TypeError) as exc:
-        raise ConfigError(f"{path}: cannot load intune weights: {exc}") from None
-    return net, dict(blob.get("meta", {}))

@@ -29,7 +29,7 @@ from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import measured_costs, measured_spec, pattern_optima
 from recperf.ingest.tuners.segment import SegmentTarget, lift
 
-BUNDLED_WEIGHTS = "data/ingest/intune-dqn.pt"
+BUNDLED_WEIGHTS = "data/ingest/intune-dqn.npz"
 _CACHE: dict[str, dqn.QNet] = {}
 
 
