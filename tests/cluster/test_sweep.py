@@ -366,6 +366,25 @@ def test_a_second_sweep_into_a_busy_out_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists()
 
 
+def test_no_ray_cluster_leaves_no_run_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class NoCluster:
+        @staticmethod
+        def is_initialized() -> bool:
+            return False
+
+        @staticmethod
+        def init(**kwargs: object) -> None:
+            raise ConnectionError("Could not find any running Ray instance.")
+
+    monkeypatch.setattr("recperf.cluster.sweep_backends._import_ray", lambda: NoCluster)
+    sweep = Sweep(traces=("tiresias-60",), schedulers=("fifo",))
+    with pytest.raises(ConfigError, match="cannot start or reach"):
+        run_sweep(sweep, backend="ray", out=tmp_path)
+    assert not (tmp_path / "runs").exists()
+
+
 def test_a_damaged_run_file_is_one_line(cross_rack: Path, tmp_path: Path) -> None:
     sweep = small_sweep(cross_rack)
     with pytest.raises(SweepInterrupted):

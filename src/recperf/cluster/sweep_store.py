@@ -75,12 +75,13 @@ class RunStore:
                 f"--out {self.out} already holds {len(kept)} of the {len(runs)} runs of this "
                 f"sweep; add --resume to keep them and {todo}, or choose another --out"
             )
-        if stored is None:
-            write_json(self.root / SPEC_FILE, {"digest": self.digest, "sweep": self.spec})
         return kept
 
     def save(self, run: SweepRun, outcome: RunOutcome) -> None:
-        """Write one finished run: its jobs (none: no columns) with its row as metadata."""
+        """Write one finished run: its jobs (none: no columns) with its row as metadata; the
+        first also writes the sweep's definition (so bad input found later leaves nothing)."""
+        if not (self.root / SPEC_FILE).is_file():
+            write_json(self.root / SPEC_FILE, {"digest": self.digest, "sweep": self.spec})
         table = pa.table(outcome.jobs) if outcome.jobs is not None else pa.table({})
         meta = {ROW_KEY: json.dumps(_plain(outcome.row)).encode(), DIGEST_KEY: self.digest.encode()}
         with atomic_path(self.root / run_file_name(run)) as tmp:

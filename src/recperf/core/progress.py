@@ -178,12 +178,12 @@ def count_progress(description: str, unit: str, enabled: bool = True) -> Iterato
         console=console,
         transient=True,
     ) as prog:
-        task = prog.add_task(description, total=1, left="?", count=None, at=0.0)
+        task = prog.add_task(description, total=1, visible=False, left="?", count=None, at=0.0)
 
         def update(count: Count) -> None:
             prog.update(
-                task, total=count.total, completed=count.done, left=count.left, count=count,
-                at=time.monotonic(),
+                task, total=count.total, completed=count.done, visible=True, left=count.left,
+                count=count, at=time.monotonic(),
             )  # fmt: skip
 
         yield update
