@@ -93,7 +93,7 @@ def test_simulate_errors_are_one_line(args: tuple[str, ...], match: str) -> None
 
 
 def test_pretrain_writes_loadable_weights(tmp_path: Path) -> None:
-    out = tmp_path / "w.pt"
+    out = tmp_path / "w.npz"
     code, _, err = run("ingest", "pretrain", "--episodes", "2", "--seed", "1", "--out", str(out))
     assert code == 0
     assert "pretrained 2 episodes" in err

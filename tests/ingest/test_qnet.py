@@ -124,18 +124,25 @@ def test_weights_file_round_trips_exactly(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("content", "match"),
-    [(b"not a weights file", "cannot load intune weights"), (None, "w1 must be float")],
+    ("change", "match"),
+    [
+        ({"w1": np.zeros((3, 3))}, "w1 must be float"),
+        ({"b2": np.full(32, np.nan)}, "b2 holds a NaN"),
+        ({"meta": np.array("[1]")}, "meta is not a JSON object"),
+        ({"w3": None}, "cannot load intune weights"),  # an archive without w3 (as a torch .pt)
+        (None, "cannot load intune weights"),  # not an archive at all
+    ],
 )
-def test_bad_weights_files_are_one_line(tmp_path: Path, content: bytes | None, match: str) -> None:
+def test_bad_weights_files_are_one_line(
+    tmp_path: Path, change: dict[str, Any] | None, match: str
+) -> None:
     path = tmp_path / "w.npz"
-    if content is None:
-        net, _, _ = batch(7)
-        with open(path, "wb") as f:
-            arrays: dict[str, Any] = {**net.params, "w1": np.zeros((3, 3)), "meta": np.array("{}")}
-            np.savez(f, **arrays)
+    if change is None:
+        path.write_bytes(b"not a weights file")
     else:
-        path.write_bytes(content)
+        arrays = {**batch(7)[0].params, "meta": np.array("{}"), **change}
+        with open(path, "wb") as f:
+            np.savez(f, **{k: v for k, v in arrays.items() if v is not None})
     with pytest.raises(ConfigError, match=match) as err:
         load(path)
     assert "\n" not in str(err.value)

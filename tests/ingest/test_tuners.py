@@ -465,10 +465,10 @@ def test_intune_chooses_the_cuts_from_the_cost_model(
 
 
 def test_intune_without_weights() -> None:
-    cfg = IntuneConfig(weights="/nonexistent/w.pt", pretrain_episodes=0)
+    cfg = IntuneConfig(weights="/nonexistent/w.npz", pretrain_episodes=0)
     with pytest.raises(ConfigError, match="no intune weights"):
         Intune(cfg).tune(SimTarget(small()), 5.0)
-    cfg = IntuneConfig(weights="/nonexistent/w.pt", pretrain_episodes=1)
+    cfg = IntuneConfig(weights="/nonexistent/w.npz", pretrain_episodes=1)
     r = Intune(cfg).tune(SimTarget(small()), 5.0)
     assert r.allocation in {s.allocation for s in r.history}
 
