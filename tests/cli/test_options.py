@@ -27,6 +27,7 @@ class Mlp:
     bottom_mlp: tuple[int, ...] = (64,)
     """Layer widths."""
 
+
 SYNTH = ("cluster", "simulate", "--trace", "synthetic", "--scheduler", "fifo")
 
 

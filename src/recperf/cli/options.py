@@ -79,7 +79,7 @@ class Settings:
 
     def resolve(
         self, scopes: Sequence[str], renamed: Mapping[str, str] | None = None
-    ) -> dict[str, Options]:
+    ) -> dict[str, dict[str, Any]]:
         """Options by scope for this run, TOML < --set < flags. ``scopes`` are the sections and
         plug-in names this run has; ``renamed`` maps a TOML table's old name to its scope (e.g.
         ``[scheduler]`` -> the scheduler's name). An unknown scope is one error naming them, and
@@ -90,7 +90,8 @@ class Settings:
         self._merge_tables(merged, dict(renamed or {}))
         for (scope, key), (_, value) in self._command_line(allowed).items():
             merged[scope][key] = value
-        return merged
+        out: dict[str, dict[str, Any]] = {**merged}  # each an Options, a dict to its readers
+        return out
 
     def _merge_tables(self, merged: dict[str, Options], renamed: Mapping[str, str]) -> None:
         """The --config file's tables into ``merged``, each value typed and located."""

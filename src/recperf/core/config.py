@@ -174,8 +174,7 @@ def from_mapping(cls: type[C], data: Mapping[str, Any], source: str = "config") 
         raise ConfigError(f"{source}: missing required key {missing[0]!r}; allowed: {allowed}")
     typed: Mapping[str, str] = getattr(data, "typed", {})
     kwargs = {
-        k: _coerce(v, hints[k], typed.get(k, f"{source}: {k}"), k in typed)
-        for k, v in data.items()
+        k: _coerce(v, hints[k], typed.get(k, f"{source}: {k}"), k in typed) for k, v in data.items()
     }
     try:
         return cls(**kwargs)
