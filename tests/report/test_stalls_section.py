@@ -69,9 +69,10 @@ def test_default_configs() -> None:
         "mlp", 2, 1, 3, 1, False,
     )  # fmt: skip
     assert (full.workload, full.ranks, full.bandwidth, full.iters, full.warmup) == (
-        "dlrm", 2, "500mbit", 15, 3,
+        "dlrm", 2, "500mbit", 12, 3,
     )  # fmt: skip
     assert full.nodes == (2 if netem.available() is None else 1)
+    assert full.fit_bandwidths == (("2gbit",) if full.nodes > 1 else ())
 
 
 def test_quick_section_has_three_figures(

@@ -212,3 +212,17 @@ def test_fit_names_file_and_field_of_bad_comm_samples(
     args = ["fit", "--profiles", str(summary.parent), "--out", str(out)]
     assert one_line_error(args) == f"{summary}: {why}"
     assert not out.exists()
+
+
+def test_fit_refuses_network_samples_at_one_bandwidth(tmp_path: Path) -> None:
+    net = [{**SAMPLE, "grad_bytes": g, "nodes": 2, "bandwidth_bytes_per_s": 62.5e6,
+            "seconds": 0.01 + g / 62.5e6} for g in (1e5, 1e6, 4e6, 1.6e7)]  # fmt: skip
+    summary = write(tmp_path / "p" / "summary.json",
+                    json.dumps({**SUMMARY, "comm_samples": [SAMPLE, SAMPLE, *net]}))  # fmt: skip
+    out = tmp_path / "m.json"
+    line = one_line_error(["fit", "--profiles", str(summary.parent), "--out", str(out)])
+    assert line.startswith(
+        "fit: every multi-node sample was measured at one bandwidth (500 Mbit/s); profiles at "
+        "two or more bandwidths are needed"
+    )
+    assert not out.exists()

@@ -100,3 +100,14 @@ def test_a_few_jittery_small_messages_do_not_drag_the_per_byte_terms() -> None:
     assert model.net_efficiency == pytest.approx(TRUE.net_efficiency, rel=0.02)
     assert model.beta_intra_s_per_byte == pytest.approx(TRUE.beta_intra_s_per_byte, rel=0.02)
     assert model.rel_median < 0.01 < model.rel_rmse
+
+
+def test_network_samples_at_one_bandwidth_are_refused_naming_what_is_missing() -> None:
+    with pytest.raises(ConfigError) as info:
+        fit(samples([500], noise=0.0))
+    assert str(info.value) == (
+        "fit: every multi-node sample was measured at one bandwidth (500 Mbit/s); profiles at "
+        "two or more bandwidths are needed to separate the per-byte term from the bandwidth "
+        "term (profile again at another --bandwidth and fit both profiles)"
+    )
+    assert fit(samples([500, 2000], noise=0.0)).rel_rmse < 1e-9

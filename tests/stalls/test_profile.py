@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from recperf.cli.main import app
+from recperf.core.errors import ConfigError
 from recperf.stalls import netem, runner
 from recperf.stalls.profile import ProfileConfig, profile
 from recperf.stalls.spec import RunSpec
@@ -210,6 +211,31 @@ def test_emulated_nodes_add_a_network_stall(tmp_path: Path) -> None:
     assert s["bandwidth_bits_per_s"] == 50e6
     assert any(c["nodes"] == 2 for c in s["comm_samples"])
     assert netem.leftovers(netem.tag_of(os.getpid())) == ([], [])  # ours; others' may run
+
+
+@pytest.mark.skipif(netem.available() is not None, reason=str(netem.available()))
+def test_a_second_bandwidth_lets_fit_separate_the_network_terms(tmp_path: Path) -> None:
+    from recperf.stalls.commmodel import CommSample, fit
+
+    config = ProfileConfig(
+        workload="mlp", workload_options={"features": 8, "hidden": (256,)}, ranks=2, nodes=2,
+        bandwidth="200mbit", fit_bandwidths=("800mbit",), iters=1, warmup=0, batch_size=8,
+        real_data=False,
+    )  # fmt: skip
+    s = profile(config, tmp_path)
+    assert [r["name"] for r in s["runs"]] == ["compute", "control", "intra", "network"]
+    net = [CommSample(**c) for c in s["comm_samples"] if c["nodes"] == 2]
+    assert sorted({c.bandwidth_bytes_per_s for c in net}) == [200e6 / 8, 800e6 / 8]
+    fit([CommSample(**c) for c in s["comm_samples"]])  # two bandwidths: identifiable
+    one = [CommSample(**c) for c in s["comm_samples"] if c["bandwidth_bytes_per_s"] != 1e8]
+    with pytest.raises(ConfigError, match="one bandwidth"):
+        fit(one)
+    assert netem.leftovers(netem.tag_of(os.getpid())) == ([], [])
+
+
+def test_fit_bandwidths_must_differ_from_the_bandwidth() -> None:
+    with pytest.raises(ConfigError, match=r"fit_bandwidths = 1000mbit: each must differ"):
+        ProfileConfig(bandwidth="1gbit", fit_bandwidths=("1000mbit",))
 
 
 def test_without_root_the_network_run_is_skipped(

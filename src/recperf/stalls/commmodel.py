@@ -191,12 +191,27 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
+def check_bandwidths(samples: Sequence[CommSample]) -> None:
+    """Refuse multi-node samples all at one bandwidth: there ``volume / bandwidth`` is a fixed
+    multiple of ``volume``, so any split between net_efficiency and beta_net_s_per_byte fits
+    them alike, and the model's time at any other bandwidth is a guess."""
+    rates = sorted({s.bandwidth_bytes_per_s or 0.0 for s in samples if s.nodes > 1})
+    if len(rates) == 1:
+        raise ConfigError(
+            f"fit: every multi-node sample was measured at one bandwidth "
+            f"({rates[0] * 8 / 1e6:g} Mbit/s); profiles at two or more bandwidths are needed to "
+            "separate the per-byte term from the bandwidth term (profile again at another "
+            "--bandwidth and fit both profiles)"
+        )
+
+
 def fit(samples: Sequence[CommSample], iterations: int = 30) -> CommModel:
     """Fit the parameters to least absolute relative error, by iteratively reweighted least
     squares: a few noisy small messages (millisecond jitter on a shared host) then cannot drag
     the per-byte terms that large gradients depend on."""
     if len(samples) < len(PARAMS):
         raise ConfigError(f"fit: {len(samples)} samples; need at least {len(PARAMS)}")
+    check_bandwidths(samples)
     x = np.array([features(s.grad_bytes, s.buckets, s.ranks, s.nodes, s.bandwidth_bytes_per_s)
                   for s in samples])  # fmt: skip
     y = np.array([s.seconds for s in samples])

@@ -20,6 +20,7 @@ from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
 from recperf.stalls import analysis, netem, runner
 from recperf.stalls.base import WORKLOADS, DataSpec, Workload, grad_bytes
+from recperf.stalls.commmodel import CommSample
 from recperf.stalls.spec import RunSpec, data_batches
 
 Progress = Callable[[float, str], None]
@@ -63,6 +64,10 @@ class ProfileConfig:
     """Per-run time limit."""
     torch_trace_iters: int = 0
     """Timed iterations of every run also captured with torch.profiler (0: none)."""
+    fit_bandwidths: tuple[str, ...] = ()
+    """Other link bandwidths at which the network run's all-reduce microbenchmark is measured
+    again (one short run each, nodes > 1 only): samples at two bandwidths or more let ``stalls
+    fit`` separate the per-byte term from the bandwidth term with this profile alone."""
 
     def __post_init__(self) -> None:
         check_range("ranks", self.ranks, 1, None)
@@ -81,6 +86,12 @@ class ProfileConfig:
         check_range("delay_ms", self.delay_ms, 0.0, None)
         check_range("timeout_s", self.timeout_s, 0.0, None, lo_open=True)
         check_range("torch_trace_iters", self.torch_trace_iters, 0, self.iters)
+        rates = [netem.parse_bandwidth(b) for b in (self.bandwidth, *self.fit_bandwidths)]
+        if len(set(rates)) < len(rates):
+            raise ConfigError(
+                f"fit_bandwidths = {', '.join(self.fit_bandwidths)}: each must differ from the "
+                f"others and from bandwidth = {self.bandwidth}"
+            )
 
     @property
     def threads_per_rank(self) -> int:
@@ -182,6 +193,9 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
                     [json.loads(p.read_text()) for p in paths]
                 )
             samples += analysis.comm_samples(spec, traces)
+    network = next((r for r in runs if r.name == "network"), None)
+    if network is not None:
+        samples += bandwidth_samples(network, config.fit_bandwidths, out)
     if progress is not None:
         progress(1.0, "analysing")
     summary = _summary(
@@ -195,6 +209,19 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
         )
     write_json(out / "summary.json", summary)
     return summary
+
+
+def bandwidth_samples(network: RunSpec, bandwidths: tuple[str, ...], out: Path) -> list[CommSample]:
+    """The network run's all-reduce microbenchmark again at each of ``bandwidths``: one short
+    run (one iteration) each, on machines emulated at that bandwidth, under ``out/runs``."""
+    samples = []
+    for bandwidth in bandwidths:
+        spec = replace(network, name=f"network-{bandwidth}", bandwidth=bandwidth, iters=1,
+                       warmup=0, torch_trace_iters=0)  # fmt: skip
+        with netem.machines(network.nodes, bandwidth) as net:
+            traces = runner.launch(spec, out / "runs" / spec.name, net)
+        samples += analysis.comm_samples(spec, traces)
+    return samples
 
 
 def _summary(
