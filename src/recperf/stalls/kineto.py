@@ -29,6 +29,7 @@ from recperf.stalls.traceanalysis import (
     subtract,
     summarise,
 )
+from recperf.stalls.tracecheck import Span, check_one_run, check_order, check_ranks
 
 SUFFIXES = (".json", ".json.gz")
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -93,8 +94,9 @@ def read_trace(path: Path) -> dict[str, Any]:
 
 
 def _events(doc: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
-    """The complete (``ph: X``) events as new dicts: name, cat, pid, tid, args, and ts and
-    end in seconds, each checked (one ConfigError naming the event and the field)."""
+    """The complete (``ph: X``) events as new dicts: name, cat, pid, tid, args, ts and end in
+    seconds, and their index in ``traceEvents``, each checked (one ConfigError naming the event
+    and the field; a negative duration is one)."""
     out = []
     for i, ev in enumerate(doc["traceEvents"]):
         if not isinstance(ev, dict) or ev.get("ph") != "X":
@@ -105,9 +107,11 @@ def _events(doc: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
             raise ConfigError(f"{source}: traceEvents[{i}].{key} = {v!r}: expected a number")
         if type(name) is not str:
             raise ConfigError(f"{source}: traceEvents[{i}].name = {name!r}: expected a string")
+        if dur < 0:
+            raise ConfigError(f"{source}: traceEvents[{i}] ({name}).dur = {dur!r}: negative")
         out.append({"name": name, "cat": ev.get("cat"), "pid": ev.get("pid"),
-                    "tid": ev.get("tid"), "ts": ts / 1e6, "end": (ts + max(dur, 0)) / 1e6,
-                    "args": args if type(args) is dict else {}})  # fmt: skip
+                    "tid": ev.get("tid"), "ts": ts / 1e6, "end": (ts + dur) / 1e6,
+                    "args": args if type(args) is dict else {}, "index": i})  # fmt: skip
     return out
 
 
@@ -212,7 +216,42 @@ def normalise(doc: Mapping[str, Any], source: str, order: int) -> RankTrace:
         ops_recorded=ops,
         kernels=gpu_kernels,
         meta=dict(meta),
+        epoch_s=_epoch_s(doc, meta),
+        run_id=_run_id(di, meta),
     )
+
+
+def _epoch_s(doc: Mapping[str, Any], meta: Mapping[str, Any]) -> float | None:
+    """Seconds to add to the trace's times for Unix time: recperf's ``t0_unix_ns``, Kineto's
+    ``baseTimeNanoseconds``, or 0 when the times are already Unix microseconds (after 2001)."""
+    for base in (
+        _int_or_none(meta.get("t0_unix_ns")),
+        _int_or_none(doc.get("baseTimeNanoseconds")),
+    ):
+        if base is not None:
+            return base / 1e9
+    if meta:
+        return None  # an older recperf trace: times from its first record, anchor unknown
+    return 0.0 if _first_ts(doc) > 1e15 else None
+
+
+def _first_ts(doc: Mapping[str, Any]) -> float:
+    for ev in doc["traceEvents"]:
+        if isinstance(ev, dict) and ev.get("ph") == "X" and _finite(ev.get("ts")):
+            return float(ev["ts"])
+    return 0.0
+
+
+def _run_id(di: Mapping[str, Any], meta: Mapping[str, Any]) -> str | None:
+    """recperf's run name, or Kineto's process groups (name and size of each)."""
+    if isinstance(meta.get("run"), str):
+        return f"run {meta['run']!r}"
+    groups = di.get("pg_config")
+    if isinstance(groups, list) and all(isinstance(g, dict) for g in groups) and groups:
+        return "process groups " + ", ".join(
+            f"{g.get('pg_name')}:{g.get('pg_size')}" for g in groups
+        )
+    return None
 
 
 def _meta_backend(meta: Mapping[str, Any]) -> str:
@@ -234,8 +273,8 @@ def _steps(events: list[dict[str, Any]], source: str) -> tuple[list[Step], tuple
         for e, _ in marks:
             lanes[(e.get("pid"), e.get("tid"))] += 1
         main = max(lanes, key=lambda k: lanes[k])
-        spans = sorted((e["ts"], e["end"], int(m.group(1))) for e, m in marks
-                       if (e.get("pid"), e.get("tid")) == main)  # fmt: skip
+        spans = sorted(Span(e["ts"], e["end"], int(m.group(1)), e["index"], e["name"])
+                       for e, m in marks if (e.get("pid"), e.get("tid")) == main)  # fmt: skip
     else:
         waits = sorted((e["ts"], e["end"]) for e in events if e["name"] == "recperf:data_wait")
         steps = [e for e in events if e["name"] == "recperf:step"]
@@ -249,7 +288,9 @@ def _steps(events: list[dict[str, Any]], source: str) -> tuple[list[Step], tuple
         spans = []
         for k, e in enumerate(sorted(steps, key=lambda e: e["ts"])):
             i = bisect.bisect_right(waits, (e["ts"], math.inf)) - 1
-            spans.append((waits[i][0] if i >= 0 else e["ts"], e["end"], k))
+            start = waits[i][0] if i >= 0 else e["ts"]
+            spans.append(Span(start, e["end"], k, e["index"], e["name"]))
+    check_order(spans, source)
     phases = [
         (e["name"].removeprefix("recperf:"), e["ts"], e["end"])
         for e in events
@@ -258,10 +299,11 @@ def _steps(events: list[dict[str, Any]], source: str) -> tuple[list[Step], tuple
     flop_ev = [(e["ts"], float(e["args"]["flops"])) for e in events
                if isinstance(e["args"].get("flops"), int | float)]  # fmt: skip
     out = []
-    for a, b, n in spans:
+    for span in spans:
+        a, b = span.start, span.end
         ph = {name: (s, t) for name, s, t in phases if a <= s < b}
         flops = sum(f for t, f in flop_ev if a <= t < b) if flop_ev else None
-        out.append(Step(index=n, start=a, end=b, phases=ph, flops=flops))
+        out.append(Step(index=span.number, start=a, end=b, phases=ph, flops=flops))
     return out, main
 
 
@@ -360,6 +402,7 @@ def _own_comm(e: Mapping[str, Any]) -> Comm:
 def _v1(events: list[dict[str, Any]], source: str) -> tuple[Any, ...]:
     """A recperf-stall-trace/1 file: data_wait, step, phases and allreduce per iteration."""
     its: dict[int, dict[str, Any]] = defaultdict(dict)
+    spans: list[Span] = []
     comm = []
     for i, e in enumerate(events):
         n = _int_or_none(e["args"].get("iteration"))
@@ -369,6 +412,9 @@ def _v1(events: list[dict[str, Any]], source: str) -> tuple[Any, ...]:
             comm.append(_own_comm(e))
         else:
             its[n][e["name"]] = (e["ts"], e["end"])
+        if e["name"] == "step":
+            spans.append(Span(e["ts"], e["end"], n, e["index"], e["name"]))
+    check_order(spans, source)
     steps, data = [], []
     for n in sorted(its):
         it = its[n]
@@ -381,24 +427,12 @@ def _v1(events: list[dict[str, Any]], source: str) -> tuple[Any, ...]:
 
 
 def load_rank_traces(paths: Sequence[Path]) -> list[RankTrace]:
-    """Every file read and normalised, sorted by rank; one ConfigError for a duplicate rank,
-    mismatched world sizes or more files than ranks."""
-    traces = [normalise(read_trace(p), str(p), k) for k, p in enumerate(paths)]
-    by_rank: dict[int, RankTrace] = {}
-    for t in traces:
-        if t.rank in by_rank:
-            raise ConfigError(f"{t.source}: rank {t.rank} again (also {by_rank[t.rank].source})")
-        by_rank[t.rank] = t
-        w0 = traces[0].world_size
-        if t.world_size != w0:
-            raise ConfigError(
-                f"{t.source}: world_size {t.world_size}, but {traces[0].source} has {w0}"
-            )
-        if t.world_size is not None and not 0 <= t.rank < t.world_size:
-            raise ConfigError(f"{t.source}: rank {t.rank} outside world_size {t.world_size}")
-        if t.device != traces[0].device:
-            raise ConfigError(f"{t.source}: a {t.device} trace among {traces[0].device} ones")
-    return [by_rank[r] for r in sorted(by_rank)]
+    """Every file read and normalised, sorted by rank; one ConfigError when they cannot be the
+    ranks of one run (``tracecheck``: a duplicate rank, mismatched world sizes, different
+    iterations, run ids or times)."""
+    traces = check_ranks([normalise(read_trace(p), str(p), k) for k, p in enumerate(paths)])
+    check_one_run(traces)
+    return traces
 
 
 def analyze_paths(

@@ -93,6 +93,11 @@ class RankTrace:
     """GPU compute kernels as (launch, start, end), to place them in iterations."""
     meta: dict[str, Any] = field(default_factory=dict)
     """The ``recperf`` metadata object of recperf traces."""
+    epoch_s: float | None = None
+    """Seconds to add to the trace's times for Unix time (None: its clock is unknown)."""
+    run_id: str | None = None
+    """What names the run the trace belongs to, when it says (recperf's run name, Kineto's
+    process groups): two ranks of one run name the same."""
 
 
 def merge(intervals: Iterable[Interval]) -> list[Interval]:
