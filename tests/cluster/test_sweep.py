@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -383,6 +384,19 @@ def test_no_ray_cluster_leaves_no_run_files(
     with pytest.raises(ConfigError, match="cannot start or reach"):
         run_sweep(sweep, backend="ray", out=tmp_path)
     assert not (tmp_path / "runs").exists()
+
+
+def test_an_input_file_changed_since_the_first_runs_is_refused(tmp_path: Path) -> None:
+    toml = tmp_path / "xrack.toml"
+    toml.write_text(CROSS_RACK_TOML)
+    sweep, out = small_sweep(toml), tmp_path / "out"
+    with pytest.raises(SweepInterrupted):
+        run_sweep(sweep, backend="serial", counts=StopAfter(1), out=out)
+    toml.write_text(CROSS_RACK_TOML.replace("100.0", "50.0"))
+    with pytest.raises(
+        ConfigError, match=rf"another sweep \(input_files\.{re.escape(str(toml))}: "
+    ):
+        run_sweep(sweep, backend="serial", out=out, resume=True)
 
 
 def test_a_damaged_run_file_is_one_line(cross_rack: Path, tmp_path: Path) -> None:

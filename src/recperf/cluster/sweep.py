@@ -4,6 +4,7 @@ parallel on local processes or on Ray, one row per run plus a summary grouped ov
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
 import math
 import os
@@ -32,6 +33,7 @@ from recperf.cluster.sweep_backends import (
 )
 from recperf.cluster.sweep_store import RunStore
 from recperf.cluster.sweep_tally import SweepTally
+from recperf.cluster.topology import preset_names
 from recperf.cluster.traces import BUNDLED
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
@@ -166,6 +168,20 @@ class Sweep:
         }
 
 
+def input_digests(sweep: Sweep) -> dict[str, str]:
+    """The SHA-256 of each trace or cluster file the sweep reads (not the bundled ones), so a
+    resumed sweep notices an input that changed since its first runs."""
+    names = []
+    for entry in sweep.traces:
+        name, cluster = split_trace(entry)
+        names += [name, cluster or sweep.base.cluster]
+    digests = {}
+    for name in dict.fromkeys(n for n in names if n and n not in BUNDLED):
+        if name not in preset_names() and Path(name).is_file():
+            digests[name] = hashlib.sha256(Path(name).read_bytes()).hexdigest()
+    return digests
+
+
 def split_trace(entry: str) -> tuple[str, str | None]:
     """``NAME@CLUSTER`` -> (NAME, CLUSTER); a bundled name or existing file keeps any ``@``."""
     if entry in BUNDLED or os.path.exists(entry):  # never raises (an overlong name: False)
@@ -263,7 +279,8 @@ def _open_store(stack: ExitStack, out: Path, sweep: Sweep, keep_jobs: bool) -> R
     (a second sweep into the same --out meanwhile is refused, not mixed in)."""
     out.mkdir(parents=True, exist_ok=True)
     stack.enter_context(exclusive_dir(out))
-    return RunStore(out, {**sweep.definition(), "keep_jobs": keep_jobs})  # what decides results
+    spec = {**sweep.definition(), "keep_jobs": keep_jobs, "input_files": input_digests(sweep)}
+    return RunStore(out, spec)  # what decides the results
 
 
 def _interleaved(sweep: Sweep, runs: Sequence[SweepRun], todo: list[int]) -> list[int]:
