@@ -70,6 +70,7 @@ def cluster(tmp: Path) -> dict[str, str]:
 def ingest(tmp: Path) -> dict[str, str]:
     from recperf.ingest.data.criteo import GenerateConfig, generate
     from recperf.ingest.sim import env as ienv
+    from recperf.ingest.tuners import dqn
     from recperf.ingest.tuning import simulate
 
     out: dict[str, str] = {}
@@ -78,6 +79,13 @@ def ingest(tmp: Path) -> dict[str, str]:
         out[f"ingest:simulate:{tuner}"] = sha(json.dumps(doc, sort_keys=True).encode())
     doc = simulate("membound-128", "oracle", seed=1, budget_s=5.0)
     out["ingest:simulate:membound-oracle"] = sha(json.dumps(doc, sort_keys=True).encode())
+    net, _ = dqn.pretrain(2, 7, episode_steps=24)  # the Q-network's forward, backward, Adam
+    rng = np.random.default_rng(9)
+    obs = rng.uniform(-1.0, 2.0, (4, ienv.OBS_SIZE)).astype(np.float32)
+    mask = rng.random((4, ienv.N_ACTIONS)) < 0.3
+    learner = dqn.Learner(dqn.DQNConfig(), rng, net)
+    acts = [learner.act_greedy(o, m) for o, m in zip(obs, mask, strict=True)]
+    out["ingest:qnet"] = sha(net.digest().encode(), net.masked(obs, mask).tobytes(), bytes(acts))
     specs = [ienv.random_spec(np.random.default_rng(s)) for s in range(20)]
     out["ingest:random_spec"] = sha(repr(specs).encode())
     generate(GenerateConfig(rows=3000, shards=2, seed=7), tmp / "criteo")

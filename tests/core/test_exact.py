@@ -86,16 +86,21 @@ def simd_features() -> list[str]:
     return [f for f in mu.__cpu_dispatch__ if mu.__cpu_features__.get(f)]
 
 
-def digests(disable: list[str]) -> dict[str, str]:
+def start(disable: list[str]) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("NPY_DISABLE_CPU_FEATURES",)}
     if disable:
         env["NPY_DISABLE_CPU_FEATURES"] = " ".join(disable)
         env["ATEN_CPU_CAPABILITY"] = "default"  # torch's scalar kernels
-    out = subprocess.run(
-        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    result: dict[str, str] = json.loads(out.stdout)
+    return subprocess.Popen(
+        [sys.executable, str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
+def digests(run: subprocess.Popen[str]) -> dict[str, str]:
+    out, err = run.communicate(timeout=600)
+    assert run.returncode == 0, err[-2000:]
+    result: dict[str, str] = json.loads(out)
     return result
 
 
@@ -103,7 +108,8 @@ def test_results_are_the_same_bytes_without_the_cpus_simd_features() -> None:
     features = simd_features()
     if not features:
         pytest.skip("this CPU offers numpy no SIMD features beyond its baseline: nothing to switch")
-    plain, scalar = digests([]), digests(features)
+    runs = [start([]), start(features)]  # side by side
+    plain, scalar = (digests(r) for r in runs)
     control = {k: (plain.pop(k), scalar.pop(k)) for k in list(plain) if k.startswith("control:")}
     assert plain == scalar
     if any(f in features for f in ("X86_V4", "AVX512F", "AVX512_SKX")):

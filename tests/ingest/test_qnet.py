@@ -3,10 +3,6 @@ same float64 weights, its weights file, and the same bits without the CPU's SIMD
 
 from __future__ import annotations
 
-import importlib
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,44 +154,3 @@ def test_the_bundled_weights_load_and_choose_an_allowed_action() -> None:
     _, obs, mask = batch(8, n=1)
     learner = dqn.Learner(dqn.DQNConfig(), np.random.default_rng(0), net)
     assert mask[0, learner.act_greedy(obs[0], mask[0])]
-
-
-SCRIPT = f"""
-import hashlib
-import numpy as np
-from recperf.ingest.tuners import dqn
-net, meta = dqn.pretrain(2, 7, episode_steps=24)
-rng = np.random.default_rng(9)
-obs = rng.uniform(-1.0, 2.0, (4, {ienv.OBS_SIZE})).astype(np.float32)
-mask = rng.random((4, {ienv.N_ACTIONS})) < 0.3
-learner = dqn.Learner(dqn.DQNConfig(), rng, net)
-q = hashlib.sha256(net.masked(obs, mask).tobytes()).hexdigest()
-print(net.digest(), [learner.act_greedy(o, m) for o, m in zip(obs, mask)], q)
-"""
-
-
-def simd_features() -> list[str]:
-    """The SIMD targets numpy dispatches to on this CPU beyond its compiled baseline."""
-    mu = importlib.import_module("numpy._core._multiarray_umath")
-    return [f for f in mu.__cpu_dispatch__ if mu.__cpu_features__.get(f)]
-
-
-def start(disable: list[str]) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("NPY_DISABLE_CPU_FEATURES",)}
-    if disable:
-        env["NPY_DISABLE_CPU_FEATURES"] = " ".join(disable)
-        env["ATEN_CPU_CAPABILITY"] = "default"
-    return subprocess.Popen(
-        [sys.executable, "-c", SCRIPT], env=env, stdout=subprocess.PIPE, text=True
-    )
-
-
-def test_training_and_choices_are_the_same_bits_without_the_cpus_simd_features() -> None:
-    features = simd_features()
-    if not features:
-        pytest.skip("numpy dispatches no SIMD target beyond the baseline on this CPU")
-    runs = [start(features), start([])]  # side by side: each is mostly interpreter start-up
-    outs = [p.communicate(timeout=120)[0] for p in runs]
-    assert [p.returncode for p in runs] == [0, 0]
-    assert outs[0] == outs[1]
-    assert len(outs[0].split()) > 2

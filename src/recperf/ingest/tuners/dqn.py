@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,13 +17,6 @@ from recperf.ingest.tuners.qnet import Adam, huber
 from recperf.ingest.tuners.qnet import QNet as QNet
 from recperf.ingest.tuners.qnet import load as load
 from recperf.ingest.tuners.qnet import save as save
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Kept while ``intune`` still enters it: the numpy Q-network is single-threaded already,
-    so there is nothing left to pin (it pinned torch's threads)."""
-    yield
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

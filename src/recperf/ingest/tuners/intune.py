@@ -16,7 +16,6 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from recperf.core import exact
 from recperf.core.config import check_range
@@ -40,7 +39,7 @@ class IntuneConfig:
     window_s: float = 1.0
     """Length of each measurement window, seconds."""
     weights: str | None = None
-    """Pre-trained weights file (None: the bundled intune-dqn.pt)."""
+    """Pre-trained weights file (None: the bundled intune-dqn.npz)."""
     pretrain_episodes: int = 40
     """Episodes to pre-train for when the weights file is missing (0: refuse instead)."""
     epsilon: float = 0.1
@@ -146,8 +145,7 @@ class Intune:
         self.config = config or IntuneConfig()
 
     def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
-        with dqn.one_thread():
-            return self._tune(target, budget_s, seed)
+        return self._tune(target, budget_s, seed)
 
     def _confirm(self, log: TuneLog, ctx: ienv.Context) -> Allocation:
         """Spend the remaining windows re-measuring the current top two allocations; the
@@ -176,7 +174,6 @@ class Intune:
 
     def _tune(self, target: Target, budget_s: float, seed: int) -> TuneResult:
         cfg = self.config
-        torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
         log = TuneLog(target, budget_s, cfg.window_s)
         if log.measure(even_split(target)) is None:
