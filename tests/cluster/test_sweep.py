@@ -417,8 +417,8 @@ def test_eta_is_each_groups_mean_wall_time_times_its_runs_left_over_workers() ->
     tally.finished(4, 30.0)  # sjf runs take 30 s
     tally.finished(2, 6.0)
     assert seen == [
-        Count(2, 6, (3.0 + 3 * 3.0) / 2),
-        Count(3, 6, (3.0 + 2 * 3.0) / 2),
+        Count(2, 6, (3.0 + 3 * 3.0) / 2, eta_partial=True),  # no sjf run timed yet
+        Count(3, 6, (3.0 + 2 * 3.0) / 2, eta_partial=True),
         Count(4, 6, (3.0 + 30.0) / 2),
         Count(5, 6, 30.0),  # one run left and two workers: one run's time
     ]
@@ -432,12 +432,15 @@ def test_count_lines_are_throttled_and_say_done_left_and_eta(
         update(Count(0, 120, None))
         update(Count(1, 120, 754.0))  # within the gap: held back for the heartbeat thread
         update(Count(120, 120, 0.0))  # the last is always said
+    with count_progress("sweep (serial)", "runs") as update:
+        update(Count(7, 120, 7390.0, eta_partial=True))
     lines = capsys.readouterr().err.splitlines()
     assert [line[9:] for line in lines[:2]] == [
         "sweep (local): 0/120 runs done, 120 left, ETA ?",
         "sweep (local): 120/120 runs done, 0 left, ETA 0s",
     ]
     assert lines[2][9:].startswith("sweep (local): done in ")
+    assert lines[3][9:] == "sweep (serial): 7/120 runs done, 113 left, ETA >2h03m"
     assert all(time.strptime(line[:8], "%H:%M:%S") for line in lines)
 
 

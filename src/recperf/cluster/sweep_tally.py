@@ -68,6 +68,10 @@ class SweepTally:
             total, n = self.walls.get(level, (0.0, 0))
             self.walls[level] = (total + wall_s, n + 1)
 
+    def partial(self) -> bool:
+        """Whether runs are left of a trace and scheduler none of whose runs has finished."""
+        return any(n and group not in self.walls for group, n in self.left.items())
+
     def _mean(self, group: Group) -> float | None:
         for level in (group, group[:1], ()):
             total, n = self.walls.get(level, (0.0, 0))
@@ -79,4 +83,4 @@ class SweepTally:
         if self.progress is not None:
             self.progress(self.done / self.total)
         if self.counts is not None:
-            self.counts(Count(self.done, self.total, self.eta_s()))
+            self.counts(Count(self.done, self.total, self.eta_s(), self.partial()))

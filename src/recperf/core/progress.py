@@ -39,6 +39,9 @@ class Count:
     """Parts in all."""
     eta_s: float | None = None
     """Estimated seconds left, as of this update; None: no estimate yet."""
+    eta_partial: bool = False
+    """Whether parts of a kind none of which has finished yet are counted at the others' cost
+    (shown ``ETA >11m50s``: the slow kinds tend to finish last)."""
 
     @property
     def left(self) -> int:
@@ -148,11 +151,12 @@ def duration_text(seconds: float | None) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-def _eta_now(count: Count, at: float) -> float | None:
+def _eta_text(count: Count, at: float) -> str:
     """The estimate of ``count``, made at monotonic time ``at``, counted down to now."""
     if count.eta_s is None:
-        return None
-    return max(count.eta_s - (time.monotonic() - at), 0.0)
+        return "?"
+    text = duration_text(max(count.eta_s - (time.monotonic() - at), 0.0))
+    return f">{text}" if count.eta_partial else text
 
 
 @contextmanager
@@ -194,8 +198,8 @@ class _EtaColumn(ProgressColumn):
 
     def render(self, task: Task) -> Text:
         count = task.fields.get("count")
-        eta = _eta_now(count, task.fields["at"]) if isinstance(count, Count) else None
-        return Text(f"ETA {duration_text(eta)}", style="progress.remaining")
+        eta = _eta_text(count, task.fields["at"]) if isinstance(count, Count) else "?"
+        return Text(f"ETA {eta}", style="progress.remaining")
 
 
 class _CountLines:
@@ -231,7 +235,7 @@ class _CountLines:
     def _say_count(self) -> None:
         count = self.count
         assert count is not None
-        eta = duration_text(_eta_now(count, self.at))
+        eta = _eta_text(count, self.at)
         self.say(f"{count.done}/{count.total} {self.unit} done, {count.left} left, ETA {eta}")
         self.said, self.said_at = count, time.monotonic()
 
