@@ -24,14 +24,10 @@ def main() -> None:
     one line ``interrupted`` and exit 128 + the signal's number (130, 143, 129)."""
     _catch_signals()
     try:
-        from typer._click import exceptions as click_exceptions  # typer ships its own click
-
-        from recperf.cli.app import app
-
         try:
-            rc = app(standalone_mode=False)
-        except click_exceptions.UsageError as exc:  # a flag click cannot parse: one line
-            _usage_error(exc)
+            rc = _run_app()
+        finally:
+            _ignore_signals()
     except KeyboardInterrupt:  # while importing, or raised outside typer's own handling of it
         _interrupted()
     except SystemExit:
@@ -40,7 +36,20 @@ def main() -> None:
         raise
     if _received is not None:  # typer turned the interrupt into exit code 130
         _interrupted()
-    raise SystemExit(rc if isinstance(rc, int) else 0)
+    raise SystemExit(rc)
+
+
+def _run_app() -> int:
+    """Import the app (the handlers are in) and run it; its exit code."""
+    from typer._click import exceptions as click_exceptions  # typer ships its own click
+
+    from recperf.cli.app import app
+
+    try:
+        rc = app(standalone_mode=False)
+    except click_exceptions.UsageError as exc:  # a flag click cannot parse: one line
+        _usage_error(exc)
+    return rc if isinstance(rc, int) else 0
 
 
 def __getattr__(name: str) -> Any:
@@ -82,6 +91,15 @@ def _catch_signals() -> None:
             signal.signal(sig, _on_signal)
 
 
+def _ignore_signals() -> None:
+    """Past the command a signal has nothing left to stop: ignore it, so that neither a
+    KeyboardInterrupt where nothing catches it nor the interpreter's shutdown (which restores
+    the default action, death) turns a finished run into a killed one."""
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is _on_signal:
+            signal.signal(sig, signal.SIG_IGN)
+
+
 def _interrupted() -> NoReturn:
     """One line on stderr and the shell's exit code for a death by that signal."""
     signum = _received or signal.SIGINT
@@ -91,7 +109,18 @@ def _interrupted() -> NoReturn:
     with contextlib.suppress(OSError, ValueError):  # a closed terminal: nothing to write to
         sys.stderr.write(line + "\n")
         sys.stderr.flush()
+    _forget_unhandled_interrupt()
     raise SystemExit(128 + signum)
+
+
+def _forget_unhandled_interrupt() -> None:
+    """CPython remembers a KeyboardInterrupt that escaped code it ran from a string (an import
+    may run some) and, under ``python -m``, then ends the process by SIGINT whatever the exit
+    code; running an empty string clears that memory, so the exit code stands."""
+    with contextlib.suppress(Exception):  # not CPython: nothing to clear
+        import ctypes
+
+        ctypes.pythonapi.PyRun_SimpleString(b"")
 
 
 if TYPE_CHECKING:
