@@ -48,8 +48,11 @@ HEAVY = ("torch", "pyarrow", "pandas", "plotly", "ray", "triton")
 """Modules only the commands that use them may import."""
 
 
-@pytest.mark.parametrize("args", [["version"], ["--help"], ["cluster", "--help"],
-                                  ["ingest", "generate", "--help"], ["embed", "--help"]])  # fmt: skip
+@pytest.mark.parametrize(
+    "args",
+    [["version"], ["--help"], ["cluster", "--help"], ["ingest", "generate", "--help"],
+     ["embed", "--help"]],
+)  # fmt: skip
 def test_version_and_help_import_no_heavy_module(args: list[str]) -> None:
     code = (
         "import sys\nfrom recperf.cli.main import main\n"
