@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import pytest
@@ -263,3 +264,12 @@ def test_check_range_accepts_bounds(
     value: float, lo: float | None, hi: float | None, lo_open: bool
 ) -> None:
     check_range("v", value, lo, hi, lo_open=lo_open)
+
+
+def test_json_and_toml_files_may_start_with_a_byte_order_mark(tmp_path: Path) -> None:
+    from recperf.core.config import load_json_object, load_toml
+
+    (tmp_path / "m.json").write_bytes(b'\xef\xbb\xbf{"alpha_s": 1e-4}')
+    (tmp_path / "c.toml").write_bytes(b"\xef\xbb\xbf[engine]\ncongestion = 2.0\n")
+    assert load_json_object(tmp_path / "m.json", "a model") == {"alpha_s": 1e-4}
+    assert load_toml(tmp_path / "c.toml") == {"engine": {"congestion": 2.0}}

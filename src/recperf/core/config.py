@@ -43,7 +43,7 @@ def load_json_object(path: str | Path, what: str) -> dict[str, Any]:
     ``PATH: not WHAT: why``."""
     p = check_input(path, what)
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = json.loads(read_utf8(p))
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ConfigError(f"{p}: not {what}: {why}") from None

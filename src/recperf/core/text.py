@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 BOM = "\ufeff"
+UTF8_BOM_OPTIONAL = "utf-8-sig"
+"""The codec for a text stream (``open(path, encoding=UTF8_BOM_OPTIONAL)``): UTF-8 that drops one
+leading byte-order mark, for readers that stream (csv) rather than take the whole text."""
 
 
 def read_utf8(path: Path) -> str:

@@ -20,6 +20,7 @@ import torch
 from recperf.core import exact
 from recperf.core.errors import ConfigError, TraceFormatError
 from recperf.core.files import TRACE_MAX_BYTES, check_input
+from recperf.core.text import UTF8_BOM_OPTIONAL
 
 DEFAULT_ROWS = 500_000
 MAX_ROWS = 100_000_000
@@ -116,7 +117,7 @@ def load_text(path: str | Path, rows: int | None = None) -> Trace:
     """A one-table trace from plain text (optionally gzipped): one non-negative integer row id
     per line; blank lines and ``#`` comments are skipped. ``rows`` defaults to max id + 1."""
     try:
-        text = _read_bytes(path).decode("utf-8")
+        text = _read_bytes(path).decode(UTF8_BOM_OPTIONAL)
     except UnicodeDecodeError as exc:
         raise TraceFormatError(path, None, None, f"not UTF-8 text: {exc.reason}") from None
     values: list[int] = []

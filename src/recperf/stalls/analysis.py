@@ -14,6 +14,7 @@ from typing import Any
 
 from recperf.core.errors import ConfigError
 from recperf.core.files import TRACE_MAX_BYTES, check_input
+from recperf.core.text import read_utf8
 from recperf.stalls.commmodel import CommSample
 from recperf.stalls.netem import parse_bandwidth
 from recperf.stalls.profiler import ANNOTATION, TRACE_FORMAT, TRACE_FORMATS
@@ -233,7 +234,7 @@ def load_trace(path: Path) -> dict[str, Any]:
     """One rank's trace file, checked by ``check_trace``; unreadable JSON is one ConfigError."""
     check_input(path, "stall trace", max_bytes=TRACE_MAX_BYTES)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_utf8(path))
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise ConfigError(f"{path}: not a recperf stall trace: {why}") from None

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from recperf.core.errors import ConfigError, TraceFormatError
 from recperf.core.files import check_present
+from recperf.core.text import UTF8_BOM_OPTIONAL
 
 INSTANCE_COLUMNS = ("instance", "gpus", "gpu_model", "gpu_mem_gib", "intra_node_link",
                     "network_gbps", "usd_per_hour")  # fmt: skip
@@ -59,7 +60,7 @@ POSITIVE = ("gpu_mem_gib", "network_gbps", "usd_per_hour")
 def _rows(path: Path | str, columns: Sequence[str]) -> list[tuple[int, dict[str, str]]]:
     check_present(path, "catalog table")
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding=UTF8_BOM_OPTIONAL) as fh:
             reader = csv.DictReader(fh)
             missing = [c for c in columns if c not in (reader.fieldnames or [])]
             if missing:

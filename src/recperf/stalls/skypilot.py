@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import ConfigError, TraceFormatError
+from recperf.core.text import UTF8_BOM_OPTIONAL
 from recperf.stalls.catalog import LINKS, GpuModel, Instance, _bundled, _number, _rows
 
 COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "SpotPrice", "Region")
@@ -44,7 +45,7 @@ MEMORY_SUFFIX = re.compile(r"-(\d+)GB$", re.IGNORECASE)
 def is_skypilot(path: Path | str) -> bool:
     """Whether the CSV's header is SkyPilot's (it names InstanceType and AcceleratorName)."""
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding=UTF8_BOM_OPTIONAL) as fh:
             header = next(csv.reader(fh), [])
     except (OSError, UnicodeDecodeError, csv.Error):
         return False  # the bundled-format loader reports what is wrong with the file
