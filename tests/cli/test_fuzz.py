@@ -174,7 +174,9 @@ def _files(root: Path) -> set[Path]:
 
 
 def _shm() -> set[str]:
-    return {p.name for p in SHM_DIR.iterdir()}
+    """This process's shared-memory files (an in-process run's pipeline is named after its
+    coordinator's pid, ``rp<pid>x<n>-...``): another run on the machine is not ours to count."""
+    return {p.name for p in SHM_DIR.glob(f"rp{os.getpid()}x*")}
 
 
 def _run(args: list[str], cwd: Path, out: Path | None, limit_s: int = 0) -> Any:
@@ -538,3 +540,93 @@ def _catches_hangup(pid: int) -> bool:
         status = Path(f"/proc/{pid}/status").read_text().splitlines()
         return bool(int(next(ln for ln in status if ln.startswith("SigCgt:")).split()[1], 16) & 1)
     return False
+
+
+# ------------------------------------------- byte-order marks and contradictory settings
+
+BOM_INPUTS = {
+    kind: CORRUPTIBLE[kind]
+    for kind in ("tiresias", "helios", "philly", "spec", "catalog", "gpus", "embed-trace")
+    if kind in CORRUPTIBLE
+}
+"""The text inputs: what a spreadsheet export writes (a UTF-8 byte-order mark first, Windows
+line ends, trailing blank lines) must be read as the plain file is."""
+
+
+@pytest.mark.parametrize("kind", sorted(BOM_INPUTS))
+def test_a_byte_order_mark_and_windows_lines_read_as_the_plain_file(
+    kind: str, inputs: tuple[Path, Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    relative, args = BOM_INPUTS[kind]
+    data_dir, prof, _ = inputs
+    raw = _source(relative, data_dir.parent)
+    extra = ["--profile", str(prof)] if args[0] == "stalls" else []
+    results = []
+    for variant in ("plain", "bom", "crlf"):
+        work = tmp_path / variant
+        work.mkdir()
+        monkeypatch.chdir(work)  # the same relative name in every run: the summaries compare
+        text = raw.replace(b"\n", b"\r\n") + b"\r\n\r\n" if variant == "crlf" else raw
+        Path(Path(relative).name).write_bytes(
+            (b"\xef\xbb\xbf" if variant != "plain" else b"") + text
+        )
+        TRIED[f"bom {kind}"] = TRIED.get(f"bom {kind}", 0) + 1
+        res = _run([*args, Path(relative).name, *extra, "--out", "out"], work, work / "out")
+        assert res.exit_code == 0, f"{kind} {variant}: {res.output[-400:]}"
+        summary = work / "out" / "summary.json"
+        results.append(summary.read_bytes() if summary.exists() else b"")
+    if kind in ("tiresias", "helios", "philly", "spec"):  # deterministic summaries
+        assert results[1] == results[0] and results[2] == results[0], kind
+
+
+CONTRADICTIONS = [
+    ("--jobs", "synthetic.jobs"),
+    ("--congestion", "engine.congestion"),
+]
+"""Shortcut flags and the ``--set`` key each is an alias of."""
+
+
+@fuzz_settings(12)
+@given(
+    pair=st.sampled_from(CONTRADICTIONS),
+    first=st.integers(1, 4),
+    second=st.integers(1, 4),
+    how=st.sampled_from(["flag+set", "set+set"]),
+)
+def test_two_values_for_one_setting_are_refused_unless_they_agree(
+    pair: tuple[str, str],
+    first: int,
+    second: int,
+    how: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    work = tmp_path_factory.mktemp("contradiction")
+    flag, key = pair
+    given_twice = [flag, str(first)] if how == "flag+set" else ["--set", f"{key}={first}"]
+    args = ["cluster", "simulate", "--trace", "synthetic", "--scheduler", "fifo",
+            "--set", "synthetic.jobs=20" if flag != "--jobs" else "synthetic.load=0.5",
+            *given_twice, "--set", f"{key}={second}", "--out", str(work / "out")]  # fmt: skip
+    TRIED["contradiction"] = TRIED.get("contradiction", 0) + 1
+    res = _run(args, work, work / "out")
+    if first == second:
+        assert res.exit_code == 0, res.output[-400:]
+    else:
+        assert res.exit_code == 2, res.output[-400:]
+        assert key in res.stderr and str(first) in res.stderr and str(second) in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("table", "value"),
+    [("synthetic", 'jobs = "20"'), ("engine", 'congestion = "2"'), ("fifo", "backfill = 1")],
+)
+def test_a_config_value_of_the_wrong_type_is_refused(
+    table: str, value: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text(f"[{table}]\n{value}\n", encoding="utf-8")
+    # no flag for the same key: a flag given on the command line overrides the file's value
+    args = ["cluster", "simulate", "--trace", "synthetic", "--scheduler", "fifo",
+            "--config", str(config), "--out", str(tmp_path / "out")]  # fmt: skip
+    TRIED["config type"] = TRIED.get("config type", 0) + 1
+    res = _run(args, tmp_path, tmp_path / "out")
+    assert res.exit_code == 2 and str(config) in res.stderr and f"[{table}]" in res.stderr
