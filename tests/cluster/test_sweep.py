@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from sweeps import metrics, small_sweep
 from typer.testing import CliRunner
 
 from recperf.cli.main import app
@@ -34,35 +35,9 @@ from recperf.cluster.sweep import (
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.progress import Count
 
-# 4 racks of 2 machines x 2 GPUs with thin uplinks: the trace's 8-GPU jobs must cross racks, so
-# congestion changes their communication time.
-CROSS_RACK_TOML = (
-    "[cluster]\nracks = 4\nmachines_per_rack = 2\ngpus_per_machine = 2\ncore_gbps = 100.0\n"
-)
 # 4 GPUs: too small for the trace's 8-GPU jobs, so every run on it fails.
 TINY_TOML = "[cluster]\nracks = 1\nmachines_per_rack = 1\ngpus_per_machine = 4\n"
 runner = CliRunner()
-
-
-def small_sweep(cluster_toml: Path) -> Sweep:
-    return Sweep(
-        traces=(f"tiresias-60@{cluster_toml}",),
-        schedulers=("fifo", "tiresias"),
-        congestion=(1.0, 2.0),
-        seeds=(0, 1),
-        base=RunSpec(jitter_s=300.0),
-    )
-
-
-def metrics(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k != "wall_s"}
-
-
-@pytest.fixture(scope="module")
-def cross_rack(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("clusters") / "xrack.toml"
-    path.write_text(CROSS_RACK_TOML)
-    return path
 
 
 @pytest.fixture(scope="module")

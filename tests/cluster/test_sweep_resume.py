@@ -14,46 +14,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from sweeps import CROSS_RACK_TOML, metrics, small_sweep
 from typer.testing import CliRunner
 
 from recperf.cli.main import app
-from recperf.cluster.api import RunSpec
 from recperf.cluster.sweep import Sweep, SweepInterrupted, run_sweep, write_sweep
 from recperf.cluster.sweep_tally import SweepTally
 from recperf.core.errors import ConfigError, OutputError
 from recperf.core.progress import Count, count_progress
 from recperf.core.results import exclusive_dir
 
-# 4 racks of 2 machines x 2 GPUs with thin uplinks (as in test_sweep.py): 8 runs of 60 jobs.
-CROSS_RACK_TOML = (
-    "[cluster]\nracks = 4\nmachines_per_rack = 2\ngpus_per_machine = 2\ncore_gbps = 100.0\n"
-)
 runner = CliRunner()
-
-
-def small_sweep(cluster_toml: Path) -> Sweep:
-    return Sweep(
-        traces=(f"tiresias-60@{cluster_toml}",),
-        schedulers=("fifo", "tiresias"),
-        congestion=(1.0, 2.0),
-        seeds=(0, 1),
-        base=RunSpec(jitter_s=300.0),
-    )
-
-
-def metrics(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in row.items() if k != "wall_s"}
-
-
-@pytest.fixture(scope="module")
-def cross_rack(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("clusters") / "xrack.toml"
-    path.write_text(CROSS_RACK_TOML)
-    return path
 
 
 class StopAfter:
@@ -230,7 +204,7 @@ def test_cli_sigint_keeps_finished_runs_and_resume_finishes_them(
     args = ["cluster", "sweep", "--traces", "tiresias-60", "--schedulers", "slowsched:SlowFifo,sjf",
             "--seeds", "0-4", "--jitter-s", "300", "--workers", "2"]  # fmt: skip
     path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": path, "SLOW_FIFO_S": "1.0"}
+    env = {**os.environ, "PYTHONPATH": path, "SLOW_FIFO_S": "2.0"}  # wide enough under load
     proc = subprocess.Popen(
         [*RECPERF, *args, "--out", str(out)], env=env, text=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
