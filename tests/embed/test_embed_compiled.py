@@ -77,7 +77,7 @@ def test_parse_ptxas_reads_registers_and_spills() -> None:
 
 
 def test_compile_refuses_an_interpreted_process() -> None:
-    assert os.environ.get("TRITON_INTERPRET") == "1"  # set by conftest before any kernel import
+    assert os.environ.get("TRITON_INTERPRET") == "1"  # tests/conftest.py, before any kernel import
     with pytest.raises(ConfigError, match="TRITON_INTERPRET"):
         compile_tbe(TBEConfig(block_d=128))
 

@@ -334,7 +334,7 @@ def test_torch_hot_puts_the_given_hot_rows_first_and_stays_exact() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("name", NAMES)
 def test_every_kernel_matches_the_reference_on_cuda(name: str) -> None:
-    """On a GPU, compiled (run with TRITON_INTERPRET=0: this directory's conftest defaults to
+    """On a GPU, compiled (run with TRITON_INTERPRET=0: tests/conftest.py defaults to
     the interpreter), on the same random shapes as on the CPU, fp16 and weights included."""
     if triton_tbe._JIT_INTERPRETED and name not in ("torch", "torch-hot"):
         pytest.skip("Triton is interpreted here; run the GPU tests with TRITON_INTERPRET=0")

@@ -219,7 +219,7 @@ def test_load_gpu_results_reads_a_file(tmp_path: Path) -> None:
 def _skip_unless_compiled(compiled: dict[str, Any]) -> None:
     """Skip where nothing can compile in this process, as the compile tests skip."""
     why = str(compiled.get("error", ""))
-    if "TRITON_INTERPRET" in why:  # e.g. run together with tests/embed, whose conftest sets it
+    if "TRITON_INTERPRET" in why:  # tests/conftest.py sets it for the whole suite
         pytest.skip("Triton was interpreted when the kernels were imported in this process")
     if "ptxas is not available" in why or "No module named 'triton'" in why:
         pytest.skip(f"nothing compiles for a GPU here: {why}")

@@ -153,7 +153,10 @@ def test_fit_predict_advise_on_the_profile(
         (["profile", "--set", "dlrm.depth=3", "--out", "x"], "unknown key 'depth'; allowed:"),
         (["profile", "--set", "mlp.features=3", "--out", "x"], "unknown scope 'mlp'"),
         (["profile", "--workload", "nope", "--out", "x"], "unknown stall workload 'nope'"),
-        (["fit", "--profiles", "missing-dir", "--out", "m.json"], "not a profile summary"),
+        (
+            ["fit", "--profiles", "missing-dir", "--out", "m.json"],
+            "--profiles missing-dir: no such",
+        ),
         (
             [
                 "predict",
@@ -166,7 +169,7 @@ def test_fit_predict_advise_on_the_profile(
                 "--ranks",
                 "2",
             ],
-            "not a communication model file",
+            "a communication model file missing.json: no such file",
         ),
     ],
 )

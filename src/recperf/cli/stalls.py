@@ -32,8 +32,8 @@ FIGURES = (
 )
 
 
-def _summary_file(directory: Path) -> dict[str, Any]:
-    check_input(directory, "--profile", want="any")
+def _summary_file(directory: Path, flag: str = "--profile") -> dict[str, Any]:
+    check_input(directory, flag, want="any")
     path = directory / "summary.json" if directory.is_dir() else directory
     data = load_json_object(path, "a profile summary")
     return data
@@ -231,7 +231,7 @@ def fit_cmd(
 
     samples = []
     for p in profiles:
-        summary = _summary_file(p)  # checks p first (an overlong name, a FIFO)
+        summary = _summary_file(p, "--profiles")  # checks p first (an overlong name, a FIFO)
         summary_path = p / "summary.json" if p.is_dir() else p
         samples += samples_from(summary.get("comm_samples"), str(summary_path))
     model = fit(samples)
