@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from recperf.cli.main import app
 from recperf.core.errors import ConfigError
 from recperf.stalls import netem, runner
+from recperf.stalls.commmodel import CommSample, fit
 from recperf.stalls.profile import ProfileConfig, profile
 from recperf.stalls.spec import RunSpec
 
@@ -203,6 +204,7 @@ def test_emulated_nodes_add_a_network_stall(tmp_path: Path) -> None:
         ranks=2,
         nodes=2,
         bandwidth="50mbit",
+        fit_bandwidths=("200mbit",),
         iters=3,
         warmup=1,
         batch_size=8,
@@ -210,6 +212,13 @@ def test_emulated_nodes_add_a_network_stall(tmp_path: Path) -> None:
     )
     s = profile(config, tmp_path)
     assert [r["name"] for r in s["runs"]] == ["compute", "control", "intra", "network"]
+    # a second bandwidth lets fit separate the per-byte term from the bandwidth term; one does not
+    net = [CommSample(**c) for c in s["comm_samples"] if c["nodes"] == 2]
+    assert sorted({c.bandwidth_bytes_per_s for c in net}) == [50e6 / 8, 200e6 / 8]
+    fit([CommSample(**c) for c in s["comm_samples"]])
+    one = [CommSample(**c) for c in s["comm_samples"] if c["bandwidth_bytes_per_s"] != 200e6 / 8]
+    with pytest.raises(ConfigError, match="one bandwidth"):
+        fit(one)
     # 2 ranks: each sends and receives grad_bytes over its 50 Mbit/s uplink per iteration
     wire_s = s["grad_bytes"] * FRAME_PER_PAYLOAD / (50e6 / 8)
     network = next(r for r in s["runs"] if r["name"] == "network")
@@ -224,26 +233,6 @@ def test_emulated_nodes_add_a_network_stall(tmp_path: Path) -> None:
     assert s["bandwidth_bits_per_s"] == 50e6
     assert any(c["nodes"] == 2 for c in s["comm_samples"])
     assert netem.leftovers(netem.tag_of(os.getpid())) == ([], [])  # ours; others' may run
-
-
-@pytest.mark.skipif(netem.available() is not None, reason=str(netem.available()))
-def test_a_second_bandwidth_lets_fit_separate_the_network_terms(tmp_path: Path) -> None:
-    from recperf.stalls.commmodel import CommSample, fit
-
-    config = ProfileConfig(
-        workload="mlp", workload_options={"features": 8, "hidden": (256,)}, ranks=2, nodes=2,
-        bandwidth="200mbit", fit_bandwidths=("800mbit",), iters=1, warmup=0, batch_size=8,
-        real_data=False,
-    )  # fmt: skip
-    s = profile(config, tmp_path)
-    assert [r["name"] for r in s["runs"]] == ["compute", "control", "intra", "network"]
-    net = [CommSample(**c) for c in s["comm_samples"] if c["nodes"] == 2]
-    assert sorted({c.bandwidth_bytes_per_s for c in net}) == [200e6 / 8, 800e6 / 8]
-    fit([CommSample(**c) for c in s["comm_samples"]])  # two bandwidths: identifiable
-    one = [CommSample(**c) for c in s["comm_samples"] if c["bandwidth_bytes_per_s"] != 1e8]
-    with pytest.raises(ConfigError, match="one bandwidth"):
-        fit(one)
-    assert netem.leftovers(netem.tag_of(os.getpid())) == ([], [])
 
 
 def test_fit_bandwidths_must_differ_from_the_bandwidth() -> None:
