@@ -15,7 +15,7 @@ from recperf.cli.main import app
 from recperf.core.errors import ConfigError
 from recperf.stalls import netem, runner
 from recperf.stalls.commmodel import CommSample, fit
-from recperf.stalls.profile import ProfileConfig, profile
+from recperf.stalls.profile import ProfileConfig, busy_warning, profile
 from recperf.stalls.spec import RunSpec
 
 TINY = {"features": 8, "hidden": [16]}
@@ -80,6 +80,9 @@ def test_summary_contract(tiny: tuple[Path, dict[str, Any]]) -> None:
     assert s["flops_per_iter"] > 0 and s["direct"]["run"] == "cold"
     assert {"interconnect_stall_s", "data_stall_s"} <= set(s["cross_check"])
     assert len(s["comm_samples"]) == 6 and all(c["ranks"] == 2 for c in s["comm_samples"])
+    assert set(s["host_load_1min"]) == {r["name"] for r in s["runs"]} and s["host_cores"] >= 1
+    busy = any(load > s["host_cores"] for load in s["host_load_1min"].values())
+    assert len(s["warnings"]) == (1 if busy else 0)
     for run in ("compute", "intra", "cold"):
         traces = sorted((out / "runs" / run).glob("rank*.json"))
         assert len(traces) == (1 if run == "compute" else 2)
@@ -294,3 +297,9 @@ def test_torch_profiler_traces_give_the_same_breakdown(tmp_path: Path) -> None:
     for run in s["torch_trace"].values():  # the injected 20 ms data stall, seen in the traces
         assert run["data_wait_s"] == pytest.approx(0.02, rel=0.5)
     assert "torch.profiler" in s["method"]["torch_trace"]
+
+
+def test_a_busy_host_is_named_in_a_warning() -> None:
+    assert busy_warning({"intra": 1.5, "network": 1.9}, cores=2) is None
+    warning = busy_warning({"intra": 11.0, "network": 1.2, "cold": 4.5}, cores=2)
+    assert warning is not None and "run(s) intra, cold" in warning and "11.0 on 2 cores" in warning

@@ -114,6 +114,8 @@ def _print_profile(s: dict[str, Any]) -> None:
         print_table("cross-check", checks, ["name", "differential_s", "direct_s", "rel_diff"])
     for run, why in s["skipped"].items():
         err_console.print(f"[yellow]skipped {run}:[/] {why}", highlight=False)
+    for warning in s.get("warnings", []):
+        err_console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
 @command(

@@ -177,6 +177,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
     runs = plan(config, data_dir, bool(files), sizes)
     stats: dict[str, analysis.RunStats] = {}
     torch_figs: dict[str, dict[str, float]] = {}
+    loads: dict[str, float] = {}
     samples = []
     with netem.machines(nodes, config.bandwidth) as net:
         for i, spec in enumerate(runs):
@@ -187,6 +188,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
             run_dir = out / "runs" / spec.name
             traces = runner.launch(spec, run_dir, net)
             stats[spec.name] = analysis.run_stats(spec, traces)
+            loads[spec.name] = host_load()
             if spec.torch_trace_iters:
                 paths = sorted(run_dir.glob("torch_rank*.json"))
                 torch_figs[spec.name] = analysis.torch_trace_figures(
@@ -201,6 +203,9 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
     summary = _summary(
         config, stats, samples, skipped, [p.numel() * p.element_size() for p in model.parameters()]
     )
+    cores = os.cpu_count() or 1
+    summary.update(host_cores=cores, host_load_1min=loads)
+    summary["warnings"] = [w for w in (busy_warning(loads, cores),) if w]
     if torch_figs:
         summary["torch_trace"] = torch_figs
         summary["method"]["torch_trace"] = (
@@ -209,6 +214,29 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
         )
     write_json(out / "summary.json", summary)
     return summary
+
+
+def host_load() -> float:
+    """The host's 1-minute load average (0 where the system keeps none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return 0.0
+
+
+def busy_warning(loads: dict[str, float], cores: int) -> str | None:
+    """A warning when a run ended with more runnable work than cores: a figure by difference
+    between runs then moves with the load (measured here: the 2-node network stall at 0.83-0.90
+    of the ring's wire time at load 1.3 on 2 cores, 0.41-1.05 at load 10-13), because a
+    one-machine run's compute stretches while a network run's ranks wait on the wire."""
+    busy = {name: load for name, load in loads.items() if load > cores}
+    if not busy:
+        return None
+    return (
+        f"the host was busy during run(s) {', '.join(busy)} (1-minute load up to "
+        f"{max(busy.values()):.1f} on {cores} cores): figures by difference between runs move "
+        "with the load; the direct figures ('direct') hold better"
+    )
 
 
 def bandwidth_samples(network: RunSpec, bandwidths: tuple[str, ...], out: Path) -> list[CommSample]:
