@@ -29,3 +29,16 @@ def small_sweep(cluster_toml: Path) -> Sweep:
 def metrics(row: dict[str, Any]) -> dict[str, Any]:
     """A run's row without its wall time (the one field that is a measurement)."""
     return {k: v for k, v in row.items() if k != "wall_s"}
+
+
+class NoRayCluster:
+    """Stands in for the ``ray`` module where no cluster can be reached: ``init`` fails as
+    Ray's does, with a multi-line message."""
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return False
+
+    @staticmethod
+    def init(**kwargs: object) -> None:
+        raise ConnectionError("Could not find any running Ray instance.\nMore text.")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sweeps import NoRayCluster
 from typer.testing import CliRunner
 
 from recperf.cli.main import app
@@ -290,16 +291,7 @@ def test_sweep_with_a_function_as_scheduler(tmp_path: Path) -> None:
 
 
 def test_ray_without_a_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    class NoCluster:
-        @staticmethod
-        def is_initialized() -> bool:
-            return False
-
-        @staticmethod
-        def init(**kwargs: object) -> None:
-            raise ConnectionError("Could not find any running Ray instance.\nMore text.")
-
-    monkeypatch.setattr("recperf.cluster.sweep_backends._import_ray", lambda: NoCluster)
+    monkeypatch.setattr("recperf.cluster.sweep_backends._import_ray", lambda: NoRayCluster)
     args = sweep_args(tmp_path, "--traces", "tiresias-60", "--address", "auto")
     args[5] = "ray"
     line = bad(*args)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from sweeps import CROSS_RACK_TOML, metrics, small_sweep
+from sweeps import CROSS_RACK_TOML, NoRayCluster, metrics, small_sweep
 from typer.testing import CliRunner
 
 from recperf.cli.main import app
@@ -110,16 +110,7 @@ def test_a_second_sweep_into_a_busy_out_is_refused(tmp_path: Path) -> None:
 def test_no_ray_cluster_leaves_no_run_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    class NoCluster:
-        @staticmethod
-        def is_initialized() -> bool:
-            return False
-
-        @staticmethod
-        def init(**kwargs: object) -> None:
-            raise ConnectionError("Could not find any running Ray instance.")
-
-    monkeypatch.setattr("recperf.cluster.sweep_backends._import_ray", lambda: NoCluster)
+    monkeypatch.setattr("recperf.cluster.sweep_backends._import_ray", lambda: NoRayCluster)
     sweep = Sweep(traces=("tiresias-60",), schedulers=("fifo",))
     with pytest.raises(ConfigError, match="cannot start or reach"):
         run_sweep(sweep, backend="ray", out=tmp_path)
