@@ -16,8 +16,9 @@ LOCKTOOLS ?= /tmp/recperf-locktools
 
 .PHONY: demo test check fmt bench clean lock
 
-# torch goes in first, pinned: any other torch request downloads a multi-GB CUDA build (the lock
-# holds the CPU build, 2.13.0+cpu, so no later step can swap it).
+# torch goes in first, pinned: any other torch request downloads a multi-GB CUDA build. pip takes
+# the CPU build (2.13.0+cpu) where it finds one, and the lock's torch==2.13.0 keeps any later step
+# from swapping it.
 $(STAMP): pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) torch==2.13.0
@@ -33,6 +34,9 @@ lock: pyproject.toml requirements/lock.in
 	CUSTOM_COMPILE_COMMAND="make lock" $(LOCKTOOLS)/bin/pip-compile --quiet --allow-unsafe \
 		--strip-extras --no-emit-index-url --no-emit-find-links $(if $(UPGRADE),--upgrade) \
 		--extra dev -o $(LOCK) pyproject.toml requirements/lock.in
+	# torch without its local build label: the CPU build (2.13.0+cpu) where pip finds it, as
+	# here, and PyPI's own 2.13.0 on a machine that has no CPU wheel to hand
+	sed -i 's/^torch==\([^+]*\)+cpu$$/torch==\1/' $(LOCK)
 	echo "# Installed with --no-deps, not resolved (from requirements/lock.in's #nodeps: lines):" >> $(LOCK)
 	sed -n 's/^#nodeps: *//p' requirements/lock.in >> $(LOCK)
 
