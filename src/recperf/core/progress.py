@@ -116,9 +116,6 @@ def _lines(description: str) -> Iterator[ProgressFn]:
     t0 = last_t = time.monotonic()
     last = 0.0
 
-    def say(text: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {description}: {text}", file=sys.stderr, flush=True)
-
     def update(frac: float) -> None:
         nonlocal last, last_t
         frac = min(max(frac, 0.0), 1.0)
@@ -126,11 +123,16 @@ def _lines(description: str) -> Iterator[ProgressFn]:
         step = int(frac / LINE_STEP + 1e-9) > int(last / LINE_STEP + 1e-9)
         if frac < 1.0 and (step or now - last_t >= LINE_EVERY_S):
             last, last_t = frac, now
-            say(f"{frac:.0%}")
+            _say(description, f"{frac:.0%}")
 
-    say("started")
+    _say(description, "started")
     yield update
-    say(f"done in {time.monotonic() - t0:.1f} s")
+    _say(description, f"done in {time.monotonic() - t0:.1f} s")
+
+
+def _say(description: str, text: str) -> None:
+    """One ``HH:MM:SS description: text`` line on stderr."""
+    print(f"{time.strftime('%H:%M:%S')} {description}: {text}", file=sys.stderr, flush=True)
 
 
 COUNT_GAP_S = 3.0
@@ -212,10 +214,6 @@ class _CountLines:
         self.at = self.said_at = 0.0
         self.said: Count | None = None
 
-    def say(self, text: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {self.description}: {text}"
-        print(line, file=sys.stderr, flush=True)
-
     def update(self, count: Count) -> None:
         with self.lock:
             self.count, self.at = count, time.monotonic()
@@ -236,7 +234,8 @@ class _CountLines:
         count = self.count
         assert count is not None
         eta = _eta_text(count, self.at)
-        self.say(f"{count.done}/{count.total} {self.unit} done, {count.left} left, ETA {eta}")
+        text = f"{count.done}/{count.total} {self.unit} done, {count.left} left, ETA {eta}"
+        _say(self.description, text)
         self.said, self.said_at = count, time.monotonic()
 
 
@@ -257,4 +256,4 @@ def _count_lines(description: str, unit: str) -> Iterator[CountFn]:
     finally:
         stop.set()
         thread.join()
-    lines.say(f"done in {time.monotonic() - t0:.1f} s")
+    _say(description, f"done in {time.monotonic() - t0:.1f} s")
