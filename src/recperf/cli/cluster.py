@@ -134,6 +134,17 @@ TRACE_FLAGS = (
 RUN_FLAGS = (*SYNTHETIC_FLAGS, *ENGINE_FLAGS, CONGESTION, TIMERS, *TRACE_FLAGS)
 
 
+def check_trace_options(
+    formats: list[str], opts: dict[str, dict[str, Any]], drop_invalid: bool
+) -> None:
+    """Each trace format's options, with ``--drop-invalid`` in them, validated now: a bad column
+    mapping fails before any trace is read."""
+    for f in formats:
+        if drop_invalid:
+            opts[f]["drop_invalid"] = True
+        TRACE_LOADERS.config(f, opts[f])
+
+
 def build_spec(
     settings: Settings,
     *,
@@ -158,10 +169,7 @@ def build_spec(
     renamed = {"scheduler": schedulers[0]} if len(schedulers) == 1 else {}
     formats = trace_scopes([trace], fmt)  # their loaders' Configs are --set scopes too
     opts = settings.resolve(["synthetic", "engine", *formats, placement, *schedulers], renamed)
-    for f in formats:  # a bad column mapping fails now, before the trace is read
-        if drop_invalid:
-            opts[f]["drop_invalid"] = True
-        TRACE_LOADERS.config(f, opts[f])
+    check_trace_options(formats, opts, drop_invalid)
     PLACEMENTS.config(placement, opts[placement])
     build_placement(placement)
     per_scheduler = {s: opts[s] for s in schedulers}
@@ -395,10 +403,7 @@ def sweep_cmd(
         )
     formats = trace_scopes([split_trace(t)[0] for t in parse_names(traces, "--traces")], fmt)
     opts = settings.with_sets(opt or [], "--opt").resolve(["engine", *formats, placement, *names])
-    for f in formats:
-        if drop_invalid:
-            opts[f]["drop_invalid"] = True
-        TRACE_LOADERS.config(f, opts[f])
+    check_trace_options(formats, opts, drop_invalid)
     if "congestion" in opts["engine"]:
         raise ConfigError("engine.congestion: a sweep takes its congestion from --congestion")
     PLACEMENTS.config(placement, opts[placement])
