@@ -22,19 +22,47 @@ def check_cores(cores: int | None) -> None:
         )
 
 
+MAX_THREADS = 64
+"""The most threads one worker of a segment may run."""
+MAX_INFLIGHT = 256
+"""The most storage requests one reading worker may keep in flight."""
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Allocation:
-    """Workers per segment of the stage chain. A segment is a contiguous run of stages that one
-    worker process runs fused (no hand-off between them); a cut between two stages hands each
-    batch over in shared memory to the next segment's workers."""
+    """Workers per segment of the stage chain, and the shape of each worker. A segment is a
+    contiguous run of stages that one worker runs fused (no hand-off between them); a cut
+    between two stages hands each batch over to the next segment's workers.
+
+    A segment's ``workers`` W and ``threads`` T: with T >= 1 it runs in W worker processes of T
+    threads each (W * T tasks at once); with T = 0 its W workers are threads of the consumer's
+    own process (no worker process, no copy into shared memory), as a DataLoader with
+    ``num_workers=0`` or torchdata.nodes with thread workers runs."""
 
     workers: tuple[int, ...]
     """Workers of each segment, in chain order."""
     cuts: tuple[int, ...] | None = None
     """Stage indices where a new segment begins (increasing, each >= 1); None: every stage is a
     segment of its own (a cut between every pair of stages)."""
+    threads: tuple[int, ...] | None = None
+    """Threads of each segment's workers (0..MAX_THREADS; 0: threads of the consumer's process);
+    None: 1 everywhere (single-threaded worker processes)."""
+    inflight: int = 0
+    """Storage requests each worker of the reading segment keeps in flight (1..MAX_INFLIGHT),
+    overlapped by asynchronous I/O inside the worker; 0: the pipeline's configured
+    ``read_concurrency``."""
 
     def __post_init__(self) -> None:
+        if self.threads is not None:
+            if len(self.threads) != len(self.workers):
+                raise ConfigError(
+                    f"allocation has {len(self.threads)} thread counts for "
+                    f"{len(self.workers)} segments"
+                )
+            for i, t in enumerate(self.threads):
+                check_threads(t, f"allocation threads of segment {i}")
+        if self.inflight:
+            check_inflight(self.inflight, "allocation inflight")
         if self.cuts is None:
             return
         c = self.cuts
@@ -48,7 +76,31 @@ class Allocation:
 
     @property
     def total(self) -> int:
-        return sum(self.workers)
+        """Tasks the allocation runs at once: each segment's workers times its threads (a
+        thread of the consumer's process counts as one)."""
+        return sum(w * max(1, t) for w, t in zip(self.workers, self.segment_threads(),
+                                                 strict=True))  # fmt: skip
+
+    def segment_threads(self) -> tuple[int, ...]:
+        """Threads of each segment's workers (``threads`` with None spelled out as 1s)."""
+        return (1,) * len(self.workers) if self.threads is None else self.threads
+
+    @property
+    def processes(self) -> int:
+        """Worker processes the allocation runs (segments of consumer threads have none)."""
+        return sum(w for w, t in zip(self.workers, self.segment_threads(), strict=True) if t)
+
+    def with_shape(
+        self, threads: Sequence[int] | None = None, inflight: int | None = None
+    ) -> Allocation:
+        """The same cuts and workers with other threads and/or in-flight requests."""
+        t = self.threads if threads is None else tuple(threads)
+        return Allocation(
+            workers=self.workers,
+            cuts=self.cuts,
+            threads=None if t is not None and all(x == 1 for x in t) else t,
+            inflight=self.inflight if inflight is None else inflight,
+        )
 
     def cut_points(self, n_stages: int) -> tuple[int, ...]:
         """The cuts, with None spelled out for a chain of ``n_stages``."""
@@ -71,9 +123,13 @@ class Allocation:
                 f"allocation has {len(self.workers)} worker counts; the chain of {n_stages} "
                 f"stages cut at {list(cuts)} has {len(cuts) + 1} segments"
             )
-        if len(cuts) == n_stages - 1:
-            return self if self.cuts is None else Allocation(workers=self.workers)
-        return self if self.cuts is not None else Allocation(workers=self.workers, cuts=cuts)
+        threads = (
+            None if self.threads is None or all(t == 1 for t in self.threads) else (self.threads)
+        )
+        norm = None if len(cuts) == n_stages - 1 else cuts
+        if norm == self.cuts and threads == self.threads:
+            return self
+        return Allocation(workers=self.workers, cuts=norm, threads=threads, inflight=self.inflight)
 
     def stage_workers(self, n_stages: int) -> tuple[int, ...]:
         """Each stage's workers (those of its segment)."""
@@ -82,12 +138,44 @@ class Allocation:
             out += [w] * (b - a)
         return tuple(out)
 
+    def stage_threads(self, n_stages: int) -> tuple[int, ...]:
+        """Each stage's threads per worker (those of its segment)."""
+        out: list[int] = []
+        for t, (a, b) in zip(self.segment_threads(), self.segments(n_stages), strict=True):
+            out += [t] * (b - a)
+        return tuple(out)
+
     def label(self, stage_names: Sequence[str]) -> str:
-        """e.g. ``read+dense+sparse x2 | shuffle+collate x1``."""
+        """e.g. ``read+dense+sparse x2 | shuffle+collate x1``: ``x2`` is two single-threaded
+        worker processes, ``x2*4t`` two processes of four threads, ``x2t`` two threads of the
+        consumer's process; `` [inflight 16]`` ends it when the in-flight requests are set."""
         segs = self.segments(len(stage_names))
-        return " | ".join(
-            f"{'+'.join(stage_names[a:b])} x{w}"
-            for w, (a, b) in zip(self.workers, segs, strict=True)
+        text = " | ".join(
+            f"{'+'.join(stage_names[a:b])} x{w}{shape_suffix(t)}"
+            for w, t, (a, b) in zip(self.workers, self.segment_threads(), segs, strict=True)
+        )
+        return f"{text} [inflight {self.inflight}]" if self.inflight else text
+
+
+def shape_suffix(threads: int) -> str:
+    """How a label marks a worker's threads: nothing for 1, ``*4t`` for 4, ``t`` for 0."""
+    return "" if threads == 1 else "t" if threads == 0 else f"*{threads}t"
+
+
+def check_threads(value: object, field: str) -> None:
+    """One line naming ``field`` unless ``value`` is a thread count 0..MAX_THREADS."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_THREADS:
+        raise ConfigError(
+            f"{field} = {value!r}: expected 0..{MAX_THREADS} threads per worker "
+            "(0: threads of the consumer's own process)"
+        )
+
+
+def check_inflight(value: object, field: str) -> None:
+    """One line naming ``field`` unless ``value`` is an in-flight count 1..MAX_INFLIGHT."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_INFLIGHT:
+        raise ConfigError(
+            f"{field} = {value!r}: expected 1..{MAX_INFLIGHT} storage requests in flight"
         )
 
 
@@ -142,6 +230,21 @@ class Measurement:
     memory and mapping it on the other side), microseconds; NaN if not measured."""
     consumer_us_per_row: float = float("nan")
     """CPU per row the consumer's process spent taking batches (and the coordinator), µs."""
+    stage_wall_s: tuple[float, ...] = ()
+    """Wall seconds tasks spent in each stage in the window, storage waits excluded (with
+    ``cpu_s``: a stage whose threads wait for the GIL has wall well above CPU); () if unknown."""
+    gil_frac: tuple[float, ...] = ()
+    """Estimated fraction of each stage's time that holds the GIL (0..1), from per-thread CPU
+    versus wall time of its threads; NaN where the window had no multi-threaded worker of it;
+    () if unknown."""
+    throughput_ci: tuple[float, float] = (float("nan"), float("nan"))
+    """90% confidence interval of ``throughput_rows_per_s`` over the window's sub-windows (NaN
+    when the window was not repeated)."""
+    samples: int = 1
+    """Sub-windows the throughput is estimated from."""
+    other_load_cores: float = float("nan")
+    """Cores that processes other than the pipeline kept busy during the window (NaN: not
+    measured): the noisy neighbours' load."""
 
 
 @runtime_checkable
@@ -164,6 +267,18 @@ class Target(Protocol):
 
     def memory_bytes(self, alloc: Allocation) -> float:
         """Predicted memory (workers + buffers) of ``alloc``, bytes."""
+        ...
+
+    @property
+    def thread_options(self) -> tuple[int, ...]:
+        """Threads per worker the target can run (see ``Allocation.threads``; (1,): processes
+        of one thread only)."""
+        ...
+
+    @property
+    def inflight_options(self) -> tuple[int, ...]:
+        """In-flight storage request counts worth trying ((0,): storage waits do not matter,
+        keep the configured default)."""
         ...
 
     def measure(self, alloc: Allocation, window_s: float) -> Measurement:

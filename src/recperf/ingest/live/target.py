@@ -99,6 +99,14 @@ class LiveTarget:
         return self._caps
 
     @property
+    def thread_options(self) -> tuple[int, ...]:
+        return (1,)
+
+    @property
+    def inflight_options(self) -> tuple[int, ...]:
+        return (0,)
+
+    @property
     def memory_budget_bytes(self) -> float:
         return self.pipeline.memory_budget_bytes
 

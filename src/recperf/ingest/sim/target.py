@@ -55,6 +55,14 @@ class SimTarget:
         return tuple(s.max_workers for s in self.spec.stages)
 
     @property
+    def thread_options(self) -> tuple[int, ...]:
+        return (1,)
+
+    @property
+    def inflight_options(self) -> tuple[int, ...]:
+        return (0,)
+
+    @property
     def memory_budget_bytes(self) -> float:
         return self.spec.memory_budget_gib * 2**30
 

@@ -47,6 +47,14 @@ class SegmentTarget:
         return self._caps
 
     @property
+    def thread_options(self) -> tuple[int, ...]:
+        return self.target.thread_options
+
+    @property
+    def inflight_options(self) -> tuple[int, ...]:
+        return self.target.inflight_options
+
+    @property
     def memory_budget_bytes(self) -> float:
         return self.target.memory_budget_bytes
 
