@@ -3,12 +3,16 @@ reads and ``ingest tune`` writes, and calibration of the simulator from measured
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
+from recperf.core import hostload
+from recperf.core.confidence import interval
 from recperf.core.config import check_range, load_toml
 from recperf.core.errors import ConfigError
 from recperf.core.results import atomic_path
@@ -54,11 +58,44 @@ def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measureme
     )
 
 
+def repeated_measurement(
+    snaps: Sequence[Snapshot], alloc: Allocation, other_load_cores: float = math.nan
+) -> Measurement:
+    """The window from the first to the last of ``snaps`` (``window_measurement``), its
+    throughput stated with the 90% interval over the sub-windows between consecutive
+    snapshots (Student's t on their rates, centred on the whole window's rate) and their count,
+    and the other load on the machine."""
+    whole = window_measurement(snaps[0], snaps[-1], alloc)
+    rates = subwindow_rates(snaps, alloc)
+    return replace(
+        whole,
+        throughput_ci=interval(whole.throughput_rows_per_s, rates),
+        samples=len(rates),
+        other_load_cores=other_load_cores,
+    )
+
+
+def subwindow_rates(snaps: Sequence[Snapshot], alloc: Allocation) -> list[float]:
+    """Throughput of each sub-window between consecutive snapshots, rows/s."""
+    return [
+        window_measurement(a, b, alloc).throughput_rows_per_s
+        for a, b in itertools.pairwise(snaps)
+        if b.t > a.t
+    ]
+
+
 class LiveTarget:
     """A ``Target`` over a running Pipeline (made to repeat its epochs): measure() resizes the
     pools, consumes batches for ``settle_s`` so the new workers fill their queues, then for the
     window, and reports what the pipeline counters saw. The consumer discards batches, standing
-    in for a trainer that is never the bottleneck."""
+    in for a trainer that is never the bottleneck.
+
+    A window is cut into sub-windows of about ``subwindow_s`` (at least ``min_samples``); the
+    throughput is stated with its 90% interval over them, and while the interval's half-width
+    is above ``rel_tol`` of the throughput the window grows a sub-window at a time, up to
+    ``max_extend`` times the length asked for (a noisy machine costs time, not a wrong
+    choice). The other load on the machine (busy CPU outside this process and its workers)
+    over the window is reported with it."""
 
     def __init__(
         self,
@@ -67,13 +104,25 @@ class LiveTarget:
         settle_s: float = 0.5,
         warmup_s: float = 2.0,
         max_workers: int | None = None,
+        subwindow_s: float = 0.5,
+        min_samples: int = 3,
+        rel_tol: float = 0.05,
+        max_extend: float = 3.0,
     ) -> None:
         check_range("settle_s", settle_s, 0.0, None)
         check_range("warmup_s", warmup_s, 0.0, None)
+        check_range("subwindow_s", subwindow_s, 0.0, None, lo_open=True)
+        check_range("min_samples", min_samples, 2, 10_000)
+        check_range("rel_tol", rel_tol, 0.0, None)
+        check_range("max_extend", max_extend, 1.0, 100.0)
         if pipeline.config.epochs is not None:
             raise ConfigError("LiveTarget needs a pipeline with epochs = None (it repeats)")
         self.pipeline = pipeline
         self.settle_s = settle_s
+        self.subwindow_s = subwindow_s
+        self.min_samples = min_samples
+        self.rel_tol = rel_tol
+        self.max_extend = max_extend
         cap = max_workers if max_workers is not None else max(2, 2 * pipeline.cores)
         self._caps = tuple(cap for _ in pipeline.stage_names)
         self._iter = iter(pipeline)
@@ -122,6 +171,16 @@ class LiveTarget:
             next(self._iter)
 
     def measure(self, alloc: Allocation, window_s: float) -> Measurement:
+        alloc = self._apply(alloc)
+        m, peak = self._window(alloc, window_s)
+        self.peak_memory_bytes = max(self.peak_memory_bytes, peak)
+        self.measurements.append(m)
+        if self.on_measure is not None:
+            self.on_measure(m)
+        return m
+
+    def _apply(self, alloc: Allocation) -> Allocation:
+        """Run ``alloc`` (normalized) and let it settle; AllocationRefused changes nothing."""
         n = len(self.stage_names)
         try:
             alloc = alloc.normalized(n)
@@ -136,15 +195,31 @@ class LiveTarget:
         if alloc != self.pipeline.allocation:
             self.pipeline.resize(alloc)  # AllocationRefused leaves everything as it was
             self._consume(self.settle_s)
-        a = self.pipeline.snapshot()
-        self._consume(window_s)
-        b = self.pipeline.snapshot()
-        m = window_measurement(a, b, alloc)
-        self.peak_memory_bytes = max(self.peak_memory_bytes, b.peak_memory_bytes)
-        self.measurements.append(m)
-        if self.on_measure is not None:
-            self.on_measure(m)
-        return m
+        return alloc
+
+    def _window(self, alloc: Allocation, window_s: float) -> tuple[Measurement, float]:
+        """Sub-windows until the interval is within ``rel_tol`` or the window reaches
+        ``max_extend`` times ``window_s``; the measurement and the peak memory seen."""
+        n = max(self.min_samples, round(window_s / self.subwindow_s))
+        most = max(n, int(n * self.max_extend + 1e-9))
+        sub = window_s / n
+        load_a = hostload.sample()
+        snaps = [self.pipeline.snapshot()]
+        while True:
+            self._consume(sub)
+            snaps.append(self.pipeline.snapshot())
+            if len(snaps) - 1 < n:
+                continue
+            m = repeated_measurement(snaps, alloc)
+            if len(snaps) - 1 >= most or self._confident(m):
+                break
+        load = hostload.other_load_cores(load_a, hostload.sample())
+        return replace(m, other_load_cores=load), snaps[-1].peak_memory_bytes
+
+    def _confident(self, m: Measurement) -> bool:
+        """The interval's half-width is within ``rel_tol`` of the throughput."""
+        lo, hi = m.throughput_ci
+        return (hi - lo) / 2 <= self.rel_tol * m.throughput_rows_per_s
 
 
 # -- allocation files -----------------------------------------------------------------------
