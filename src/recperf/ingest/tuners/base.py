@@ -4,10 +4,13 @@
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from recperf.core.confidence import t_quantile
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, ContractError
 from recperf.core.registry import Registry
@@ -24,6 +27,10 @@ class TuneStep:
     """The allocation measured (cuts and workers, normalized)."""
     throughput_rows_per_s: float
     memory_bytes: float
+    throughput_ci: tuple[float, float] | None = None
+    """90% interval of the throughput (None: the measurement stated none, as the simulator's)."""
+    samples: int = 1
+    """Sub-windows the throughput was estimated from."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -183,7 +190,12 @@ def _same(a: Allocation, b: Allocation, n_stages: int) -> bool:
 class TuneLog:
     """Bookkeeping shared by the tuners: measures within the time budget, counts refusals and
     keeps every measurement so the best allocation can be chosen at the end. Allocations are
-    kept normalized (``Allocation.normalized``), so the same cuts spelled two ways are one."""
+    kept normalized (``Allocation.normalized``), so the same cuts spelled two ways are one.
+
+    The choice does not move on one noisy window: where measurements state an interval (the
+    live target), an allocation with a higher mean replaces the incumbent (the best so far, in
+    the order first measured) only if the lower end of its interval is above the incumbent's
+    mean. Without intervals (the simulator) the highest mean wins, as it always did."""
 
     def __init__(self, target: Target, budget_s: float, window_s: float) -> None:
         check_range("budget_s", budget_s, 0.0, None, lo_open=True)
@@ -197,6 +209,7 @@ class TuneLog:
         self.measurements: list[Measurement] = []
         self.refused = 0
         self._sums: dict[Allocation, list[float]] = {}
+        self._by_alloc: dict[Allocation, list[Measurement]] = {}
 
     def spent_s(self) -> float:
         return self.target.elapsed_s() - self.start_s
@@ -225,21 +238,26 @@ class TuneLog:
     def record(self, m: Measurement) -> None:
         """Add a measurement of this log's target taken now, to the history and the means."""
         self.adopt(m)
+        ci = m.throughput_ci if all(math.isfinite(x) for x in m.throughput_ci) else None
         self.history.append(
             TuneStep(
                 elapsed_s=self.target.elapsed_s(),
                 allocation=m.allocation.normalized(self.n_stages),
                 throughput_rows_per_s=m.throughput_rows_per_s,
                 memory_bytes=m.memory_bytes,
+                throughput_ci=ci,
+                samples=m.samples,
             )
         )
 
     def adopt(self, m: Measurement) -> None:
         """Count a measurement taken earlier (logged elsewhere) in the means, not the history."""
         self.measurements.append(m)
-        acc = self._sums.setdefault(m.allocation.normalized(self.n_stages), [0.0, 0.0])
+        alloc = m.allocation.normalized(self.n_stages)
+        acc = self._sums.setdefault(alloc, [0.0, 0.0])
         acc[0] += m.throughput_rows_per_s
         acc[1] += 1
+        self._by_alloc.setdefault(alloc, []).append(m)
 
     def mean_throughput(self, alloc: Allocation) -> float:
         s, n = self._sums.get(alloc.normalized(self.n_stages), (0.0, 0.0))
@@ -249,15 +267,49 @@ class TuneLog:
         """How many windows measured ``alloc``."""
         return int(self._sums.get(alloc.normalized(self.n_stages), (0.0, 0.0))[1])
 
+    def interval(self, alloc: Allocation) -> tuple[float, float] | None:
+        """90% interval of ``alloc``'s mean throughput over its windows; None if any of them
+        stated none. Its half-width is the larger of the windows' own (their sub-windows'
+        standard errors pooled) and, with two windows or more, their spread."""
+        ms = self._by_alloc.get(alloc.normalized(self.n_stages), [])
+        if not ms or any(not math.isfinite(x) for m in ms for x in m.throughput_ci):
+            return None
+        k = len(ms)
+        var, df = 0.0, 0
+        for m in ms:
+            if m.samples >= 2:
+                lo, hi = m.throughput_ci
+                var += ((hi - lo) / 2 / t_quantile(m.samples - 1)) ** 2
+                df += m.samples - 1
+        half = t_quantile(df) * math.sqrt(var) / k if df else 0.0
+        if k >= 2:
+            spread = statistics.stdev(m.throughput_rows_per_s for m in ms)
+            half = max(half, t_quantile(k - 1) * spread / math.sqrt(k))
+        mean = self.mean_throughput(alloc)
+        return (mean - half, mean + half)
+
     def best(self) -> Allocation:
         """The measured allocation with the highest mean throughput (ties: fewer workers, then
-        fewer segments)."""
+        fewer segments), moving off the incumbent only on an interval above its mean (see the
+        class)."""
         if not self._sums:
             raise ConfigError("the tuning budget allowed no measurement; raise budget_s")
-        return max(
-            self._sums,
-            key=lambda a: (self._sums[a][0] / self._sums[a][1], -a.total, -len(a.workers)),
-        )
+
+        def key(a: Allocation) -> tuple[float, int, int]:
+            return (self._sums[a][0] / self._sums[a][1], -a.total, -len(a.workers))
+
+        incumbent: Allocation | None = None
+        for a in self._sums:  # first-measured order; strictly greater keeps max()'s choice
+            if incumbent is None or (key(a) > key(incumbent) and self._clears(a, incumbent)):
+                incumbent = a
+        assert incumbent is not None
+        return incumbent
+
+    def _clears(self, a: Allocation, incumbent: Allocation) -> bool:
+        """``a`` (higher mean) may replace ``incumbent``: no intervals to judge by, or ``a``'s
+        interval lies above the incumbent's mean."""
+        ci, other = self.interval(a), self.interval(incumbent)
+        return ci is None or other is None or ci[0] > self.mean_throughput(incumbent)
 
     def result(self, tuner: str, alloc: Allocation | None = None) -> TuneResult:
         """The TuneResult for ``alloc`` (default: the best measured allocation)."""
