@@ -12,10 +12,17 @@ from pathlib import Path
 import pytest
 
 from recperf.core.confidence import t_quantile
+from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation
 from recperf.ingest.live.batch import PipelineConfig, Snapshot, StageCounters
 from recperf.ingest.live.executor import Pipeline
-from recperf.ingest.live.target import LiveTarget, repeated_measurement, subwindow_rates
+from recperf.ingest.live.target import (
+    LiveTarget,
+    read_allocation,
+    repeated_measurement,
+    subwindow_rates,
+    write_allocation,
+)
 
 NAMES = ("read", "collate")
 
@@ -124,3 +131,61 @@ def test_live_pipeline_reports_interval_samples_and_other_load(tmp_path: Path) -
     lo, hi = m.throughput_ci
     assert lo <= m.throughput_rows_per_s <= hi
     assert m.other_load_cores >= 0
+
+
+STAGES = ("read", "dense", "sparse", "shuffle", "collate")
+
+
+@pytest.mark.parametrize(
+    "alloc",
+    [
+        Allocation(workers=(2, 1), cuts=(3,), threads=(4, 0)),
+        Allocation(workers=(3,), cuts=(), threads=(0,), inflight=16),
+        Allocation(workers=(1, 1, 1, 1, 1), inflight=256),
+    ],
+)
+def test_allocation_files_with_threads_and_inflight_round_trip(
+    tmp_path: Path, alloc: Allocation
+) -> None:
+    path = tmp_path / "alloc.toml"
+    write_allocation(path, STAGES, alloc, "shaped")
+    assert read_allocation(path, STAGES) == alloc.normalized(len(STAGES))
+    text = path.read_text()
+    assert ("threads = " in text) == (alloc.threads is not None)
+    assert (f"inflight = {alloc.inflight}" in text) == bool(alloc.inflight)
+
+
+def test_threads_of_one_everywhere_read_as_processes(tmp_path: Path) -> None:
+    path = tmp_path / "alloc.toml"
+    path.write_text('[[segment]]\nstages = ["read", "dense", "sparse", "shuffle", "collate"]\n'
+                    "workers = 2\nthreads = 1\n")  # fmt: skip
+    assert read_allocation(path, STAGES) == Allocation(workers=(2,), cuts=())
+    path.write_text("inflight = 8\n[allocation]\nread = 1\ndense = 1\nsparse = 1\n"
+                    "shuffle = 1\ncollate = 2\n")  # fmt: skip
+    assert read_allocation(path, STAGES) == Allocation(workers=(1, 1, 1, 1, 2), inflight=8)
+
+
+FUSED = '[[segment]]\nstages = ["read", "dense", "sparse", "shuffle", "collate"]\nworkers = 2\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (FUSED + "threads = 65\n", r"segment\[0\]\.threads = 65: expected 0\.\.64 threads"),
+        (FUSED + "threads = -1\n", r"segment\[0\]\.threads = -1: expected 0\.\.64"),
+        (FUSED + "threads = 2.5\n", r"segment\[0\]\.threads = 2\.5: expected 0\.\.64"),
+        (FUSED + "threads = true\n", r"segment\[0\]\.threads = True: expected 0\.\.64"),
+        ("inflight = 0\n" + FUSED, r"inflight = 0: expected 1\.\.256 storage requests"),
+        ("inflight = 257\n" + FUSED, r"inflight = 257: expected 1\.\.256"),
+        ('inflight = "8"\n' + FUSED, r"inflight = '8': expected 1\.\.256"),
+        (FUSED + "procs = 2\n", r"segment\[0\]: expected the keys stages and workers, and opt"),
+    ],
+)
+def test_bad_threads_or_inflight_in_a_file_is_one_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "alloc.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        read_allocation(path, STAGES)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
