@@ -485,10 +485,10 @@ def test_batches_view_the_ring_and_its_slots_are_reused_once_dropped(parquet_dir
             b = next(it)
             assert b.dense.untyped_storage().data_ptr() != 0
         del b
-        slots = len(p._ring.slots)
+        slots = len(p.dispatcher.ring.slots)
         assert slots <= p.ring_limit(p.allocation) + p.plan.read_task_splits
         held = [next(it) for _ in range(3 * slots)]  # held batches keep their slots
-        assert len(p._ring.slots) > slots
+        assert len(p.dispatcher.ring.slots) > slots
         assert len({int(x.row_ids[0]) for x in held}) == len(held)
         copied = Pipeline(parquet_dir, cfg, allocation=FUSED, cores=2, copy=True)
         with copied:

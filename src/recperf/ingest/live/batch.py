@@ -155,6 +155,8 @@ class StageCounters:
     """Workers now (not counting ones retiring)."""
     memory_bytes: float
     """Its workers' proportional memory (PSS) plus its input buffer, bytes, now."""
+    wall_s: float = 0.0
+    """Wall seconds its tasks spent in it, storage waits excluded."""
     restarts: int
     """Workers that died unasked (killed or crashed; their task is redone), each replaced
     unless it was being retired."""

@@ -1,25 +1,27 @@
-"""The live pipeline's coordinator bookkeeping: chunks moving down the chain, worker processes
-and stage counters, the dispatch rules (which chunk an idle worker of a segment gets, with
-backpressure and the head exception that keeps the ordered output from starving) and the
-metrics snapshot. ``Pipeline`` mixes ``Dispatcher`` in; the state it reads is declared here and
-initialised there."""
+"""The live pipeline's dispatcher: the chunks moving down the chain, which one a worker with a
+free task slot gets (backpressure at each cut and at the output, and the head exception that
+keeps the ordered output from starving), what a finished task does to its chunk, and the stage
+counters. Its methods run under the pipeline's lock; it never starts or stops a worker (the
+pool does) and only talks to workers through the ``Worker`` interface (``send``, ``stop``)."""
 
 from __future__ import annotations
 
+import itertools
 import os
-import threading
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING
 
 from recperf.ingest.base import Allocation
 from recperf.ingest.data import stages as st
 from recperf.ingest.live import items
-from recperf.ingest.live.batch import PipelineConfig, Snapshot, StageCounters
-from recperf.ingest.live.items import ItemRef, Layout
+from recperf.ingest.live.batch import PipelineConfig
+from recperf.ingest.live.items import Columns, ItemRef, Layout
 from recperf.ingest.live.plan import Plan
 from recperf.ingest.live.ring import Ring, Slot
-from recperf.ingest.live.workers import TaskMsg
+from recperf.ingest.live.workers import DoneMsg, TaskMsg
+
+if TYPE_CHECKING:
+    from recperf.ingest.live.pool import Worker
 
 MIB = 2**20
 
@@ -27,35 +29,31 @@ MIB = 2**20
 @dataclass(slots=True, eq=False)
 class Chunk:
     """Consecutive batches moving down the chain together; ``stage`` is the next stage to run
-    (0: not read yet), ``ref`` the packed batches after stage ``stage - 1``."""
+    (0: not read yet); after stage ``stage - 1`` the batches are in ``ref`` (shared memory) or
+    ``local`` (Python objects, when a consumer thread made them)."""
 
     seqs: tuple[int, ...]
     splits: tuple[st.Split, ...]
     stage: int = 0
     ref: ItemRef | None = None
+    local: tuple[Columns, ...] | None = None
     attempt: int = 0
     task_id: int = -1
     lent: tuple[str, int] | None = None
     slots: list[Slot] = field(default_factory=list)
+    held_out: int = 0
+    """Output batches it counts against the output limit (a consumer thread ends the chain)."""
 
     @property
     def first(self) -> int:
         return self.seqs[0]
 
 
-@dataclass(slots=True, eq=False)
-class WorkerProc:
-    segment: tuple[int, int]
-    proc: Any
-    conn: Connection
-    task: Chunk | None = None
-    retiring: bool = False
-
-
 @dataclass(slots=True)
 class StageStats:
     rows: int = 0
     cpu_s: float = 0.0
+    wall_s: float = 0.0
     busy_s: float = 0.0
     worker_s: float = 0.0
     queue_fill_s: float = 0.0
@@ -64,9 +62,275 @@ class StageStats:
 
 @dataclass(slots=True)
 class Output:
-    slot: Slot
+    """A finished batch: in a ring slot (``slot``, ``layout``) or collated numpy (``cols``)."""
+
+    slot: Slot | None
     layout: Layout
     rows: int
+    cols: Columns | None = None
+
+
+class Dispatcher:
+    """Chunks, dispatch rules and stage counters of one pipeline (see the module docstring)."""
+
+    def __init__(
+        self, config: PipelineConfig, plan: Plan, stage_names: tuple[str, ...], prefix: str
+    ) -> None:
+        self.config = config
+        self.plan = plan
+        self.stage_names = stage_names
+        self.prefix = prefix
+        self.target = Allocation(workers=(1,))  # the pipeline sets it once checked
+        self.ring = Ring(prefix, self.slot_bytes)
+        self.waiting: list[Chunk] = []
+        self.out: dict[int, Output] = {}
+        self.stats = [StageStats() for _ in stage_names]
+        self.next_out = self.rows_out = self.batches_out = self.shm_bytes = 0
+        self.held_out = 0  # batches claimed by consumer threads ending the chain, not taken
+        self.handoff_cpu_s = self.consumer_cpu_s = 0.0
+        self.free: list[tuple[str, int]] = []  # spent chunk buffers (path, size) to reuse
+        self._task_ids = itertools.count()
+        self._free_ids = itertools.count()
+
+    # -- limits ------------------------------------------------------------------------------
+
+    @property
+    def slot_bytes(self) -> int:
+        return items.item_bytes(self.config.batch_size)
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.plan.read_task_splits * self.slot_bytes
+
+    def shapes(self, alloc: Allocation) -> dict[tuple[int, int], tuple[int, int]]:
+        """(workers, threads) of each segment."""
+        segs = alloc.segments(len(self.stage_names))
+        return dict(zip(segs, zip(alloc.workers, alloc.segment_threads(), strict=True),
+                        strict=True))  # fmt: skip
+
+    def ring_limit(self, alloc: Allocation) -> int:
+        """Output slots: the output queue plus a chunk per task slot of the last segment, and
+        one chunk more."""
+        slots = alloc.workers[-1] * max(1, alloc.segment_threads()[-1])
+        return self.config.queue_batches + self.plan.read_task_splits * (slots + 1)
+
+    def read_ahead(self) -> int:
+        """Tasks a reading worker holds beyond its compute threads, so that their storage
+        requests are in flight while it decodes (none without storage latency)."""
+        if not self.config.read_latency_ms:
+            return 0
+        return 1 + self.inflight() // self.plan.read_task_splits
+
+    def inflight(self) -> int:
+        return self.target.inflight or self.config.read_concurrency
+
+    def cut_cap(self, stage: int) -> int:
+        """Chunks that may wait before ``stage`` (a cut): one per task slot there, and one."""
+        for (a, _), (w, t) in self.shapes(self.target).items():
+            if a == stage:
+                return w * max(1, t) + 1
+        return 1  # not a cut of the current allocation: those chunks are drained first
+
+    def _threads_at(self, stage: int) -> int | None:
+        """Threads of the target's segment that runs ``stage`` (None past the chain)."""
+        for (a, b), (_, t) in self.shapes(self.target).items():
+            if a <= stage < b:
+                return t
+        return None
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def dispatch(self, workers: list[Worker]) -> None:
+        """Give workers with a free slot the oldest chunk they can take: first one task per
+        compute thread, then the reading tasks ahead."""
+        self.refill(workers)
+        for ahead in (False, True):
+            for w in workers:
+                cap = w.capacity if ahead else max(1, w.threads)
+                while not w.retiring and len(w.tasks) < cap and self._give(w):
+                    pass
+
+    def _give(self, w: Worker) -> bool:
+        a, b = w.segment
+        n = len(self.stage_names)
+        for chunk in sorted((c for c in self.waiting if a <= c.stage < b),
+                            key=lambda c: c.first):  # fmt: skip
+            if self._claim(chunk, w, b == n):
+                self.waiting.remove(chunk)
+                w.tasks[chunk.task_id] = chunk
+                w.send(self._message(chunk, w))
+                return True
+        return False
+
+    def _claim(self, chunk: Chunk, w: Worker, last: bool) -> bool:
+        """Reserve the chunk's output room (backpressure); the head chunk always gets it."""
+        head = chunk.first <= self.next_out
+        limit = 1 << 30 if head else self.ring_limit(self.target)
+        if last and w.threads == 0:
+            if self.held_out + len(chunk.seqs) > limit:
+                return False
+            chunk.held_out = len(chunk.seqs)
+            self.held_out += chunk.held_out
+        elif last:
+            slots = self.ring.take(len(chunk.seqs), limit)
+            if slots is None:
+                return False
+            chunk.slots = slots
+        else:  # chunks in flight to the cut are budgeted per producing task slot
+            queued = sum(1 for c in self.waiting if c.stage == w.segment[1])
+            if not head and queued >= self.cut_cap(w.segment[1]):
+                return False
+        chunk.task_id = next(self._task_ids)
+        return True
+
+    def _message(self, chunk: Chunk, w: Worker) -> TaskMsg:
+        stop = w.segment[1]
+        if chunk.local is not None and w.threads:  # a process cannot see Python objects
+            path = str(items.SHM_DIR / f"{self.prefix}-c{chunk.first}-in{chunk.stage}-"
+                       f"{chunk.attempt}")  # fmt: skip
+            chunk.ref = items.write_item(path, items.pack(chunk.local))
+            self.shm_bytes += chunk.ref.nbytes
+            chunk.local = None
+        to_shm = stop < len(self.stage_names) and (w.threads or self._threads_at(stop) != 0)
+        if to_shm:
+            chunk.lent = self.free.pop() if self.free else None
+        return TaskMsg(
+            task_id=chunk.task_id,
+            attempt=chunk.attempt,
+            start=chunk.stage,
+            seqs=chunk.seqs,
+            splits=chunk.splits if chunk.stage == 0 else (),
+            source=chunk.ref,
+            out_path=self.out_path(chunk) if to_shm else "",
+            reuse=None if chunk.lent is None else chunk.lent[0],
+            slots=tuple(s.path for s in chunk.slots),
+            local=chunk.local,
+        )
+
+    def refill(self, workers: list[Worker]) -> None:
+        """Keep enough unread chunks waiting for every reading slot (the plan is lazy: epochs
+        may be endless)."""
+        want = max(4, sum(w.capacity for w in workers if w.segment[0] == 0))
+        unread = sum(1 for c in self.waiting if c.stage == 0)
+        while unread < want:
+            rt = self.plan.next_read_task()
+            if rt is None:
+                return
+            self.waiting.append(Chunk(seqs=rt.seqs, splits=rt.splits))
+            unread += 1
+
+    # -- what finished tasks do ---------------------------------------------------------------
+
+    def done(self, w: Worker, msg: DoneMsg) -> None:
+        """A task's output moves on: to the consumer at the end of the chain, else to wait
+        before the next stage; a stale attempt's output is dropped."""
+        chunk = w.tasks.get(msg.task_id)
+        if chunk is None or chunk.attempt != msg.attempt:
+            if msg.out is not None:
+                items.unlink_quietly(msg.out.path)
+            return
+        del w.tasks[msg.task_id]
+        self._account(w, msg)
+        if chunk.ref is not None:
+            self._spend(chunk.ref, reuse=w.threads > 0)  # a thread's output may view it
+            chunk.ref = None
+        chunk.local = None
+        if chunk.lent is not None and os.path.exists(chunk.lent[0]):
+            self.free.append(chunk.lent)  # lent but not written into
+        chunk.lent = None
+        if w.segment[1] == len(self.stage_names):
+            self._finish(chunk, msg)
+        else:
+            chunk.ref, chunk.stage = msg.out, w.segment[1]
+            if msg.out is not None:
+                self.shm_bytes += msg.out.nbytes
+            else:
+                chunk.local = msg.local
+            self.waiting.append(chunk)
+        if w.retiring and not w.tasks:
+            w.stop()
+
+    def _finish(self, chunk: Chunk, msg: DoneMsg) -> None:
+        if msg.local:
+            for seq, cols, rows in zip(chunk.seqs, msg.local, msg.rows_out, strict=True):
+                self.out[seq] = Output(None, (), rows, cols)
+            return
+        for seq, slot, layout, rows in zip(chunk.seqs, chunk.slots, msg.layouts, msg.rows_out,
+                                           strict=True):  # fmt: skip
+            self.out[seq] = Output(slot, layout, rows)
+        chunk.slots = []
+
+    def take(self) -> Output | None:
+        """The next batch in sequence order, if finished."""
+        out = self.out.pop(self.next_out, None)
+        if out is not None:
+            self.next_out += 1
+            if out.cols is not None:
+                self.held_out -= 1
+        return out
+
+    def _account(self, w: Worker, msg: DoneMsg) -> None:
+        a, b = w.segment
+        for s in range(a, b):
+            stats = self.stats[s]
+            stats.cpu_s += msg.stage_cpu_s[s]
+            stats.wall_s += msg.stage_wall_s[s] if msg.stage_wall_s else 0.0
+            stats.rows += msg.stage_rows[s]
+            stats.busy_s += msg.busy_s
+        self.handoff_cpu_s += msg.handoff_cpu_s
+
+    def requeue(self, chunk: Chunk) -> None:
+        """The chunk goes back where it was; what its dead attempt wrote is dropped."""
+        items.unlink_quietly(self.out_path(chunk))
+        if chunk.lent is not None and os.path.exists(chunk.lent[0]):
+            self.free.append(chunk.lent)
+        chunk.lent = None
+        self.ring.give_back(chunk.slots)
+        chunk.slots = []
+        self.held_out -= chunk.held_out
+        chunk.held_out = 0
+        chunk.attempt += 1
+        self.waiting.append(chunk)
+
+    def _spend(self, ref: ItemRef, reuse: bool) -> None:
+        """A consumed chunk buffer joins the pool of files outputs are written into (unless
+        arrays of a consumer thread may still view its pages: then it is only unlinked)."""
+        self.shm_bytes -= ref.nbytes
+        if not reuse or len(self.free) >= 2 * len(self.stage_names):
+            items.unlink_quietly(ref.path)
+            return
+        path = str(items.SHM_DIR / f"{self.prefix}-free-{next(self._free_ids)}")
+        try:
+            os.rename(ref.path, path)
+            size = os.stat(path).st_size  # a reused file may be larger than its last chunk
+        except FileNotFoundError:
+            return
+        self.free.append((path, size))
+
+    def out_path(self, chunk: Chunk) -> str:
+        return str(items.SHM_DIR / f"{self.prefix}-c{chunk.first}-s{chunk.stage}-{chunk.attempt}")
+
+    def tick(self, workers: list[Worker], dt: float) -> None:
+        """Integrate task slots (worker-seconds) per stage and each cut's queue fill."""
+        for w in workers:
+            if not w.retiring:
+                for s in range(*w.segment):
+                    self.stats[s].worker_s += dt * max(1, w.threads)
+        cuts = {a for a, _ in self.target.segments(len(self.stage_names))} - {0}
+        for s in cuts:
+            queued = sum(1 for c in self.waiting if c.stage == s)
+            self.stats[s].queue_fill_s += min(1.0, queued / self.cut_cap(s)) * dt
+
+    def local_bytes(self) -> int:
+        """Bytes of the batches held as Python objects (waiting chunks and finished output)."""
+        total = 0
+        for c in self.waiting:
+            for cols in c.local or ():
+                total += sum(v.nbytes for v in cols.values())
+        for o in self.out.values():
+            if o.cols is not None:
+                total += sum(v.nbytes for v in o.cols.values())
+        return total
 
 
 def pss_mib(pid: int) -> float:
@@ -79,156 +343,6 @@ def pss_mib(pid: int) -> float:
     except OSError:
         pass
     return 0.0
-
-
-class Dispatcher:
-    """Dispatch and metrics over the coordinator state of a ``Pipeline``."""
-
-    config: PipelineConfig
-    plan: Plan
-    stage_names: tuple[str, ...]
-    _lock: threading.Condition
-    _workers: list[WorkerProc]
-    _target: Allocation
-    _waiting: list[Chunk]
-    _out: dict[int, Output]
-    _ring: Ring
-    _free: list[tuple[str, int]]
-    _task_ids: Any
-    _next_out: int
-    _stats: list[StageStats]
-    _seg_mib: dict[tuple[int, int], float]
-    _shm_bytes: int
-    _peak: float
-    _rows_out: int
-    _batches_out: int
-    _handoff_cpu_s: float
-    _consumer_cpu_s: float
-    _last_t: float
-
-    def _send(self, w: WorkerProc, msg: TaskMsg | None) -> None:
-        raise NotImplementedError
-
-    def _out_path(self, chunk: Chunk) -> str:
-        raise NotImplementedError
-
-    def _tick(self) -> None:
-        raise NotImplementedError
-
-    # -- limits ------------------------------------------------------------------------------
-
-    @property
-    def slot_bytes(self) -> int:
-        return items.item_bytes(self.config.batch_size)
-
-    @property
-    def chunk_bytes(self) -> int:
-        return self.plan.read_task_splits * self.slot_bytes
-
-    def _segment_workers(self, alloc: Allocation) -> dict[tuple[int, int], int]:
-        segs = alloc.segments(len(self.stage_names))
-        return dict(zip(segs, alloc.workers, strict=True))
-
-    def ring_limit(self, alloc: Allocation) -> int:
-        """Ring slots: the output queue plus a chunk per worker of the last segment and one."""
-        last = alloc.workers[-1]
-        return self.config.queue_batches + self.plan.read_task_splits * (last + 1)
-
-    def cut_cap(self, stage: int) -> int:
-        """Chunks that may wait before ``stage`` (a cut): one per worker there, and one."""
-        for (a, _), w in self._segment_workers(self._target).items():
-            if a == stage:
-                return w + 1
-        return 1  # not a cut of the current allocation: those chunks are drained first
-
-    # -- dispatch ----------------------------------------------------------------------------
-
-    def _dispatch(self) -> None:
-        n = len(self.stage_names)
-        self._refill()
-        for w in self._workers:
-            if w.task is not None or w.retiring:
-                continue
-            a, b = w.segment
-            for chunk in sorted((c for c in self._waiting if a <= c.stage < b),
-                                key=lambda c: c.first):  # fmt: skip
-                if self._claim(chunk, b, n):
-                    self._waiting.remove(chunk)
-                    w.task = chunk
-                    self._send(w, self._message(chunk))
-                    break
-
-    def _claim(self, chunk: Chunk, stop: int, n: int) -> bool:
-        """Reserve the chunk's output room (backpressure); the head chunk always gets it."""
-        head = chunk.first <= self._next_out
-        if stop == n:
-            limit = 1 << 30 if head else self.ring_limit(self._target)
-            slots = self._ring.take(len(chunk.seqs), limit)
-            if slots is None:
-                return False
-            chunk.slots = slots
-            return True
-        # chunks in flight to the cut are budgeted per producing worker (memory_bytes)
-        queued = sum(1 for c in self._waiting if c.stage == stop)
-        if not head and queued >= self.cut_cap(stop):
-            return False
-        chunk.lent = self._free.pop() if self._free else None
-        return True
-
-    def _message(self, chunk: Chunk) -> TaskMsg:
-        chunk.task_id = next(self._task_ids)
-        return TaskMsg(
-            task_id=chunk.task_id,
-            attempt=chunk.attempt,
-            start=chunk.stage,
-            seqs=chunk.seqs,
-            splits=chunk.splits if chunk.stage == 0 else (),
-            source=chunk.ref,
-            out_path=self._out_path(chunk),
-            reuse=None if chunk.lent is None else chunk.lent[0],
-            slots=tuple(s.path for s in chunk.slots),
-        )
-
-    def _refill(self) -> None:
-        """Keep a few unread chunks waiting (the plan is lazy: epochs may be endless)."""
-        unread = sum(1 for c in self._waiting if c.stage == 0)
-        while unread < 4:
-            rt = self.plan.next_read_task()
-            if rt is None:
-                return
-            self._waiting.append(Chunk(seqs=rt.seqs, splits=rt.splits))
-            unread += 1
-
-    # -- metrics ------------------------------------------------------------------------------
-
-    def snapshot(self) -> Snapshot:
-        """Cumulative per-stage counters now, with current memory (reads each worker's PSS)."""
-        with self._lock:
-            self._tick()
-            workers = [(w.segment, w.proc.pid, w.retiring) for w in self._workers]
-        pss = {pid: pss_mib(pid) for _, pid, _ in workers}
-        with self._lock:
-            est = self.config.worker_memory_mib  # a floor: PSS of a new fork understates it
-            for seg, pid, _ in workers:
-                self._seg_mib[seg] = max(self._seg_mib.get(seg, est), pss[pid])
-            total = float(self._shm_bytes + self._ring.nbytes + sum(s for _, s in self._free))
-            total += sum(pss.values()) * MIB
-            stages = []
-            for s, stats in enumerate(self._stats):
-                mine = [pss[pid] for (a, b), pid, _ in workers if a <= s < b]
-                buf = sum(c.ref.nbytes for c in self._waiting if c.stage == s and c.ref)
-                stages.append(StageCounters(
-                    rows=stats.rows, cpu_s=stats.cpu_s, busy_s=stats.busy_s,
-                    worker_s=stats.worker_s, queue_fill_s=stats.queue_fill_s,
-                    workers=sum(1 for (a, b), _, r in workers if a <= s < b and not r),
-                    memory_bytes=sum(mine) * MIB + buf, restarts=stats.restarts,
-                ))  # fmt: skip
-            self._peak = max(self._peak, total)
-            return Snapshot(
-                t=self._last_t, stages=tuple(stages), rows_out=self._rows_out,
-                batches_out=self._batches_out, memory_bytes=total, peak_memory_bytes=self._peak,
-                handoff_cpu_s=self._handoff_cpu_s, consumer_cpu_s=self._consumer_cpu_s,
-            )  # fmt: skip
 
 
 def sweep_stale_items() -> int:

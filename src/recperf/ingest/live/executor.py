@@ -1,25 +1,27 @@
-"""The live ingestion pipeline: the stage chain cut into segments, a pool of worker processes
-per segment (each worker runs its segment's stages fused), fed by one coordinator thread over
-per-worker pipes; chunks cross a cut as one packed shared-memory buffer and leave the chain
-through a reused ring of slots that the consumer reads as tensor views.
+"""The live ingestion pipeline: the stage chain cut into segments, each served by workers that
+are processes of T threads or threads of the consumer's own process (``pool``), fed by a
+dispatcher (``dispatch``) that one coordinator thread and the worker threads drive; chunks cross
+a cut as one packed shared-memory buffer when a process is on either side (as Python objects
+between consumer threads), and leave the chain through a reused ring of slots the consumer reads
+as tensor views (from a process) or as the collated arrays themselves (from a thread).
 
 Exactly-once: every task (one chunk through one segment) has an attempt number; its input stays
-until a worker of the current attempt reports its output, so a worker that dies (or is killed)
-mid-task only costs a redo, and the outputs of a stale attempt are dropped. Resizing or re-cutting
-starts workers or lets surplus ones finish their task and exit; a chunk waiting before stage s is
-taken by whichever segment now holds s. Batches leave in sequence order, so a seed fixes every
-batch whatever the allocation or crashes.
+until a worker of the current attempt reports its output, so a worker process that dies (or is
+killed) mid-task only costs a redo, and the outputs of a stale attempt are dropped. A worker
+thread that raises stops the run with that one error. Resizing, re-cutting or re-threading
+starts workers or lets surplus ones finish their tasks and exit; a chunk waiting before stage s
+is taken by whichever segment now holds s. Batches leave in sequence order, so a seed fixes
+every batch whatever the allocation or crashes.
 
-This file holds the pipeline's state, allocation and memory, lifecycle, coordinator loop and
-consumer side; ``pool`` (workers and what they report) and ``dispatch`` (which chunk goes where,
-and the metrics snapshot) are mixed in.
-"""
+Who drives what: the coordinator thread starts and retires workers, reads what worker processes
+report and dispatches; a worker thread does its own bookkeeping and dispatch under the lock; the
+consumer dispatches when it frees output room. The coordinator also wakes on a self-pipe, so a
+resize or close never waits for its poll."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import multiprocessing as mp
 import os
 import threading
 import time
@@ -27,36 +29,35 @@ import weakref
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
 
-from recperf.core.errors import ConfigError, RecperfError
-from recperf.ingest.base import Allocation, AllocationRefused
+import torch
+
+from recperf.core.errors import RecperfError
+from recperf.ingest.base import Allocation
 from recperf.ingest.live import items
-from recperf.ingest.live.batch import Batch, PipelineConfig
-from recperf.ingest.live.dispatch import (
-    MIB,
-    Chunk,
-    Output,
-    StageStats,
-    WorkerProc,
-    sweep_stale_items,
-)
+from recperf.ingest.live.batch import Batch, PipelineConfig, Snapshot, StageCounters
+from recperf.ingest.live.budget import Budget
+from recperf.ingest.live.dispatch import MIB, Dispatcher, Output, pss_mib, sweep_stale_items
 from recperf.ingest.live.plan import Plan
-from recperf.ingest.live.pool import WorkerPool
-from recperf.ingest.live.ring import Ring, Slot, SlotMaps
+from recperf.ingest.live.pool import Pool, Worker
+from recperf.ingest.live.ring import Slot, SlotMaps
+from recperf.ingest.live.workers import DoneMsg, FailMsg, error_of
 
 __all__ = ["Pipeline", "sweep_stale_items"]
 _RUN_IDS = itertools.count()
+POLL_S = 0.1
+"""The coordinator's longest sleep: only the stage-time integrals wait for it."""
 
 
-class Pipeline(WorkerPool):
+class Pipeline:
     """Criteo rows in ``data`` (a file or directory of Parquet / TSV shards) through read,
     dense, sparse, [downsample], [shuffle] and collate; iterate it for ``Batch``es.
 
-    A batch's tensors are views into a ring slot, which returns to the ring when the ``Batch``
-    is dropped: keep the Batch while using its tensors (a tensor taken out of it and kept after
-    the Batch is gone sees the slot's next batch; ``batch.clone()`` or ``copy=True`` gives
-    batches that own their memory). Holding many batches grows the ring."""
+    A batch from a worker process views a ring slot, which returns to the ring when the
+    ``Batch`` is dropped: keep the Batch while using its tensors (a tensor taken out of it and
+    kept after the Batch is gone sees the slot's next batch; ``batch.clone()`` or ``copy=True``
+    gives batches that own their memory). Holding many batches grows the ring. A batch from a
+    consumer thread owns its arrays."""
 
     def __init__(
         self,
@@ -72,109 +73,75 @@ class Pipeline(WorkerPool):
         self.cores = cores or os.cpu_count() or 1
         self.copy = copy
         self.plan = Plan(data, self.config)
-        self._seg_mib: dict[tuple[int, int], float] = {}
-        self._target = Allocation(workers=(1,))  # replaced below, once _check can run
-        self._target = self._check(self._resolve(allocation))
+        self._prefix = f"rp{os.getpid()}x{next(_RUN_IDS)}"
+        self.dispatcher = Dispatcher(self.config, self.plan, self.stage_names, self._prefix)
+        self.budget = Budget(self.dispatcher, self.cores)
+        self.dispatcher.target = self.budget.check(self.budget.resolve(allocation))
         self._lock = threading.Condition()
-        self._workers: list[WorkerProc] = []
-        self._waiting: list[Chunk] = []
-        self._out: dict[int, Output] = {}
-        self._stats = [StageStats() for _ in self.stage_names]
-        self._task_ids = itertools.count()
-        self._next_out = self._rows_out = self._batches_out = self._shm_bytes = 0
-        self._handoff_cpu_s = self._consumer_cpu_s = 0.0
-        self._free: list[tuple[str, int]] = []  # spent chunk buffers (path, size) to reuse
-        self._free_ids = itertools.count()
+        self.pool = Pool(self.dispatcher, self._on_reply, self._on_thread_reply)
         self._peak = 0.0
         self._error: BaseException | None = None
         self._closed = self._started = False
         self._thread: threading.Thread | None = None
-        self._prefix = f"rp{os.getpid()}x{next(_RUN_IDS)}"
-        self._ring = Ring(self._prefix, self.slot_bytes)
-        self._maps = SlotMaps(self.slot_bytes)
-        self._ctx: Any = None
+        self._maps = SlotMaps(self.dispatcher.slot_bytes)
         self._dirty = True
         self._last_t = time.monotonic()
-
-    # -- allocation and memory ------------------------------------------------------------
-
-    def _resolve(self, allocation: Allocation | Sequence[int] | str) -> Allocation:
-        if isinstance(allocation, Allocation):
-            return allocation  # _check normalises it (and refuses a bad one)
-        if isinstance(allocation, str):
-            from recperf.ingest.base import even_split, fused
-
-            if allocation not in ("even", "fused"):
-                raise ConfigError(
-                    f"allocation: expected 'even', 'fused' or worker counts, not {allocation!r}"
-                )
-            return (fused if allocation == "fused" else even_split)(_Shape(self))
-        return Allocation(workers=tuple(int(w) for w in allocation))
-
-    @property
-    def memory_budget_bytes(self) -> float:
-        return self.config.memory_budget_gib * 2**30
-
-    def memory_bytes(self, alloc: Allocation) -> float:
-        """Predicted peak: workers (measured PSS per segment, or the estimate until measured),
-        the ring at its limit, and at each cut the chunks waiting, in flight on both sides and
-        the pool of spent buffers."""
-        n = len(self.stage_names)
-        alloc = alloc.normalized(n)
-        segs = alloc.segments(n)
-        est = self.config.worker_memory_mib
-        workers = sum(w * self._seg_mib.get(s, est) for s, w in zip(segs, alloc.workers,
-                                                                     strict=True))  # fmt: skip
-        chunks = 0
-        for i in range(1, len(segs)):
-            chunks += alloc.workers[i] + 1 + alloc.workers[i - 1] + alloc.workers[i]
-        chunks += 2 * (len(segs) - 1)  # the pool of spent buffers
-        ring = self.ring_limit(alloc) * self.slot_bytes
-        return workers * MIB + ring + chunks * self.chunk_bytes
-
-    def _check(self, alloc: Allocation) -> Allocation:
-        n = len(self.stage_names)
-        try:
-            alloc = alloc.normalized(n)
-        except ConfigError as exc:
-            raise AllocationRefused(f"{exc}; stages: {', '.join(self.stage_names)}") from None
-        for w, (a, b) in zip(alloc.workers, alloc.segments(n), strict=True):
-            if not 1 <= w <= 64:
-                name = "+".join(self.stage_names[a:b])
-                raise AllocationRefused(f"allocation: segment {name!r} has {w} workers; 1..64")
-        need = self.memory_bytes(alloc)
-        if need > self.memory_budget_bytes:
-            raise AllocationRefused(
-                f"allocation {alloc.label(self.stage_names)} needs {need / MIB:,.0f} MiB "
-                f"(workers + buffers), over memory_budget_gib = "
-                f"{self.config.memory_budget_gib:g} ({self.memory_budget_bytes / MIB:,.0f} MiB)"
-            )
-        return alloc
-
-    def worker_memory_mib(self) -> tuple[float, ...]:
-        """Memory per worker of each stage's current segment: the largest PSS measured, else
-        the estimate."""
-        with self._lock:
-            n = len(self.stage_names)
-            est = self.config.worker_memory_mib
-            out = [est] * n
-            for a, b in self._target.segments(n):
-                for i in range(a, b):
-                    out[i] = self._seg_mib.get((a, b), est)
-            return tuple(out)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
 
     @property
     def allocation(self) -> Allocation:
-        return self._target
+        return self.dispatcher.target
 
     def resize(self, allocation: Allocation | Sequence[int]) -> None:
-        """Change the cuts and workers while running; refused (nothing changes) if over
-        budget. The coordinator applies it between two dispatches."""
-        alloc = self._check(self._resolve(allocation))
+        """Change the cuts, workers, threads and in-flight requests while running; refused
+        (nothing changes) if over budget. The coordinator applies it between two dispatches."""
+        alloc = self.budget.check(self.budget.resolve(allocation))
         with self._lock:
-            self._target = alloc
+            self.dispatcher.target = alloc
             self._dirty = True
-            self._lock.notify_all()
+            self._wake()
+
+    @property
+    def memory_budget_bytes(self) -> float:
+        return self.budget.memory_budget_bytes
+
+    def memory_bytes(self, alloc: Allocation) -> float:
+        """Predicted peak memory of ``alloc`` (see ``Budget.memory_bytes``), bytes."""
+        return self.budget.memory_bytes(alloc)
+
+    def ring_limit(self, alloc: Allocation) -> int:
+        return self.dispatcher.ring_limit(alloc)
+
+    def worker_memory_mib(self) -> tuple[float, ...]:
+        with self._lock:
+            return self.budget.worker_memory_mib(self.dispatcher.target)
+
+    def worker_pids(self) -> dict[str, list[int]]:
+        """Pids of the worker processes serving each segment (label e.g. ``read+dense``), not
+        counting retiring ones; a worker that just died is listed until the coordinator reaps
+        it. Segments of consumer threads have none."""
+        with self._lock:
+            out: dict[str, list[int]] = {}
+            for (a, b), pid in self.pool.pids():
+                out.setdefault("+".join(self.stage_names[a:b]), []).append(pid)
+            return out
+
+    def workers_now(self) -> dict[str, list[int]]:
+        """Threads of each worker (0: a consumer thread) serving each segment, not retiring."""
+        with self._lock:
+            out: dict[str, list[int]] = {}
+            for w in self.pool.workers:
+                if not w.retiring:
+                    out.setdefault("+".join(self.stage_names[slice(*w.segment)]), []).append(
+                        w.threads
+                    )
+            return out
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self._wake_w, b"x")
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -182,41 +149,33 @@ class Pipeline(WorkerPool):
         if self._started:
             return self
         sweep_stale_items()
-        # fork: a worker starts in milliseconds sharing the parent's imported modules (the
-        # forkserver would re-import the user's __main__, seconds with torch); the child only
-        # runs worker_main, which touches no lock another parent thread may hold. Workers are
-        # forked by the coordinator thread only: it lives as long as the pipeline, and the
-        # kernel's parent-death signal follows the forking thread.
-        self._ctx = mp.get_context("fork")
         self._started = True
         self._last_t = time.monotonic()
+        # Worker processes are forked by the coordinator thread only: it lives as long as the
+        # pipeline, and the kernel's parent-death signal follows the forking thread.
         self._thread = threading.Thread(target=self._run, name="recperf-ingest", daemon=True)
         self._thread.start()
         return self
 
     def close(self) -> None:
-        """Stop every worker and delete every shared-memory file; safe to call twice."""
+        """Stop every worker (process or thread) and delete every shared-memory file; safe to
+        call twice."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             self._lock.notify_all()
+            self._wake()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        for w in self._workers:
-            with contextlib.suppress(OSError):
-                w.conn.send(None)
-        for w in self._workers:
-            w.proc.join(timeout=2)
-            if w.proc.is_alive():
-                w.proc.kill()
-                w.proc.join(timeout=2)
-            w.conn.close()
-        self._workers.clear()
+        self.pool.close()
         self._maps.close()
-        self._ring.unlink()
+        self.dispatcher.ring.unlink()
         for path in items.SHM_DIR.glob(f"{self._prefix}-*"):
             items.unlink_quietly(str(path))
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __enter__(self) -> Pipeline:
         return self.start()
@@ -231,6 +190,7 @@ class Pipeline(WorkerPool):
     # -- the coordinator ----------------------------------------------------------------------
 
     def _run(self) -> None:
+        d = self.dispatcher
         try:
             while True:
                 t_cpu = time.thread_time()
@@ -238,34 +198,56 @@ class Pipeline(WorkerPool):
                     if self._closed or self._error is not None:
                         return
                     if self._dirty:
-                        self._apply_target()
+                        self.pool.apply(d.target)
+                        self._dirty = False
                     self._tick()
-                    self._dispatch()
-                    waitables = [w.conn for w in self._workers] + [
-                        w.proc.sentinel for w in self._workers
-                    ]
-                    self._consumer_cpu_s += time.thread_time() - t_cpu
-                ready = wait(waitables, timeout=0.02)
+                    d.dispatch(self.pool.workers)
+                    waitables = [*self.pool.waitables(), self._wake_r]
+                    d.consumer_cpu_s += time.thread_time() - t_cpu
+                ready = wait(waitables, timeout=POLL_S)
                 t_cpu = time.thread_time()
                 with self._lock:
-                    self._handle(ready)
-                    self._consumer_cpu_s += time.thread_time() - t_cpu
+                    if self._wake_r in ready:
+                        with contextlib.suppress(BlockingIOError, OSError):
+                            os.read(self._wake_r, 4096)
+                    if self._closed:
+                        return
+                    self.pool.handle([r for r in ready if r is not self._wake_r])
+                    self._lock.notify_all()
+                    d.consumer_cpu_s += time.thread_time() - t_cpu
         except BaseException as exc:  # a coordinator bug must surface in the consumer
             with self._lock:
-                self._error = exc
+                self._error = self._error or exc
                 self._lock.notify_all()
 
     def _tick(self) -> None:
         now = time.monotonic()
         dt, self._last_t = now - self._last_t, now
-        cuts = {a for a, _ in self._target.segments(len(self.stage_names))} - {0}
-        for w in self._workers:
-            if not w.retiring:
-                for s in range(*w.segment):
-                    self._stats[s].worker_s += dt
-        for s in cuts:
-            queued = sum(1 for c in self._waiting if c.stage == s)
-            self._stats[s].queue_fill_s += min(1.0, queued / self.cut_cap(s)) * dt
+        self.dispatcher.tick(self.pool.workers, dt)
+
+    def _on_reply(self, w: Worker, msg: DoneMsg | FailMsg) -> None:
+        """A worker's report (under the lock): its chunk moves on, or the run stops."""
+        if isinstance(msg, FailMsg):
+            if w.tasks.get(msg.task_id) is not None and self._error is None:
+                self._error = self._failure(msg, w)
+            return
+        self.dispatcher.done(w, msg)
+        self.pool.discard(w)
+
+    def _failure(self, msg: FailMsg, w: Worker) -> Exception:
+        name = "+".join(self.stage_names[slice(*w.segment)])
+        return error_of(msg, name, self.plan.split_of_row)
+
+    def _on_thread_reply(self, w: Worker, msg: DoneMsg | FailMsg) -> None:
+        """A worker thread's report, on its own thread: bookkeeping and dispatch here, without
+        waking the coordinator (unless a retired thread's exit lets a resize go on)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._on_reply(w, msg)
+            if self._error is None:
+                self.dispatcher.dispatch(self.pool.workers)
+            self._lock.notify_all()
 
     # -- consuming ----------------------------------------------------------------------------
 
@@ -279,6 +261,7 @@ class Pipeline(WorkerPool):
                 yield batch
 
     def _take(self) -> Batch | None:
+        d = self.dispatcher
         t_cpu = time.thread_time()
         with self._lock:
             while True:
@@ -287,17 +270,30 @@ class Pipeline(WorkerPool):
                     if isinstance(err, RecperfError):
                         raise err
                     raise RuntimeError(f"ingest pipeline failed: {err}") from err
-                if self._next_out >= self.plan.total_items:
+                if d.next_out >= self.plan.total_items:
                     return None
                 if self._closed:
                     raise RecperfError("the pipeline was closed while iterating")
-                out = self._out.pop(self._next_out, None)
+                out = d.take()
                 if out is not None:
                     break
-                self._consumer_cpu_s += time.thread_time() - t_cpu
+                d.consumer_cpu_s += time.thread_time() - t_cpu
                 self._lock.wait(timeout=0.5)
                 t_cpu = time.thread_time()
-            self._next_out += 1
+            if out.cols is not None:
+                d.dispatch(self.pool.workers)  # its output room is free
+        batch = self._batch(out)
+        with self._lock:
+            d.rows_out += batch.size
+            d.batches_out += 1
+            d.consumer_cpu_s += time.thread_time() - t_cpu
+        return batch
+
+    def _batch(self, out: Output) -> Batch:
+        if out.cols is not None:  # a consumer thread's arrays become the tensors, no copy
+            return Batch.from_tensors({k: torch.from_numpy(v if v.flags.writeable else v.copy())
+                                       for k, v in out.cols.items()})  # fmt: skip
+        assert out.slot is not None
         batch = Batch.from_tensors(self._maps.tensors(out.slot.path, out.layout))
         if self.copy:
             batch = batch.clone()
@@ -305,26 +301,47 @@ class Pipeline(WorkerPool):
         else:
             # the slot goes back to the ring when the consumer drops the batch
             weakref.finalize(batch, self._release, out.slot)
-        with self._lock:
-            self._rows_out += batch.size
-            self._batches_out += 1
-            self._consumer_cpu_s += time.thread_time() - t_cpu
         return batch
 
     def _release(self, slot: Slot) -> None:
         with self._lock:
             if not self._closed:
-                self._ring.give_back([slot])
+                self.dispatcher.ring.give_back([slot])
+                self.dispatcher.dispatch(self.pool.workers)
                 self._lock.notify_all()
 
+    # -- metrics ------------------------------------------------------------------------------
 
-class _Shape:
-    """The Target-shaped view of a not yet started pipeline that the even and fused splits
-    need (stage names, cores, no caps, memory)."""
-
-    def __init__(self, p: Pipeline) -> None:
-        self.stage_names = p.stage_names
-        self.cores = p.cores
-        self.max_workers: tuple[int | None, ...] = (None,) * len(p.stage_names)
-        self.memory_budget_bytes = p.memory_budget_bytes
-        self.memory_bytes = p.memory_bytes
+    def snapshot(self) -> Snapshot:
+        """Cumulative per-stage counters now, with current memory (reads each worker's PSS)."""
+        d = self.dispatcher
+        with self._lock:
+            self._tick()
+            procs = self.pool.pids()
+            shapes = {w.pid: w.threads for w in self.pool.workers if w.pid is not None}
+        pss = {pid: pss_mib(pid) for _, pid in procs}
+        with self._lock:
+            est = self.config.worker_memory_mib  # a floor: PSS of a new fork understates it
+            for (a, b), pid in procs:
+                key = (a, b, shapes.get(pid, 1))
+                self.budget.seg_mib[key] = max(self.budget.seg_mib.get(key, est), pss[pid])
+            total = float(d.shm_bytes + d.ring.nbytes + sum(s for _, s in d.free))
+            total += sum(pss.values()) * MIB + d.local_bytes()
+            live = [w for w in self.pool.workers if not w.retiring]
+            stages = []
+            for s, stats in enumerate(d.stats):
+                mine = [pss[pid] for (a, b), pid in procs if a <= s < b]
+                buf = sum(c.ref.nbytes for c in d.waiting if c.stage == s and c.ref)
+                stages.append(StageCounters(
+                    rows=stats.rows, cpu_s=stats.cpu_s, busy_s=stats.busy_s,
+                    worker_s=stats.worker_s, queue_fill_s=stats.queue_fill_s,
+                    workers=sum(1 for w in live if w.segment[0] <= s < w.segment[1]),
+                    memory_bytes=sum(mine) * MIB + buf, restarts=stats.restarts,
+                    wall_s=stats.wall_s,
+                ))  # fmt: skip
+            self._peak = max(self._peak, total)
+            return Snapshot(
+                t=self._last_t, stages=tuple(stages), rows_out=d.rows_out,
+                batches_out=d.batches_out, memory_bytes=total, peak_memory_bytes=self._peak,
+                handoff_cpu_s=d.handoff_cpu_s, consumer_cpu_s=d.consumer_cpu_s,
+            )  # fmt: skip

@@ -1,208 +1,194 @@
-"""The live pipeline's worker pool as its coordinator sees it: starting and retiring worker
-processes to match the allocation, and handling what they report. A finished task adds to the
-stage counters and moves its chunk on; a failure becomes the error the consumer raises; a death
-redoes the task (its input is still there) and replaces the worker, counting a restart (also
-for a worker that dies while being retired: its death is counted, not replaced).
-``Pipeline`` mixes ``WorkerPool`` in; the state it reads is declared here and in ``Dispatcher``
-and initialised there."""
+"""The live pipeline's workers: the one small interface both kinds share (``Worker``: a
+process of T threads, ``procs.ProcWorker``, or a thread of the consumer's process,
+``threads.ThreadWorker``) and the pool that starts and retires them to match the allocation and
+reads what worker processes report. A death redoes the process's tasks (their inputs are still
+there) and replaces it, counting a restart (also for a worker that dies while being retired: its
+death is counted, not replaced). Its methods run under the pipeline's lock, on the coordinator
+thread where they start processes (a fork follows the forking thread's lifetime)."""
 
 from __future__ import annotations
 
-import contextlib
+import itertools
+import multiprocessing as mp
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from recperf.core.errors import RecperfError, TraceFormatError
-from recperf.ingest.live import items
-from recperf.ingest.live.dispatch import Chunk, Dispatcher, Output, WorkerProc
-from recperf.ingest.live.items import ItemRef
-from recperf.ingest.live.workers import DoneMsg, FailMsg, SegmentWork, TaskMsg, worker_main
+from recperf.ingest.base import Allocation
+from recperf.ingest.live.dispatch import Chunk, Dispatcher
+from recperf.ingest.live.procs import ProcWorker, worker_main
+from recperf.ingest.live.threads import ThreadWorker
+from recperf.ingest.live.workers import DoneMsg, FailMsg, SegmentWork, TaskMsg
+
+Key = tuple[int, int, int, int]
+"""What makes two workers interchangeable: segment first and stop, threads, in-flight."""
 
 
-class WorkerPool(Dispatcher):
-    """Worker processes of a ``Pipeline``: spawn, retire, reap, and their messages."""
+class Worker(Protocol):
+    """A worker serving one segment: it holds up to ``capacity`` tasks (its compute threads,
+    and tasks ahead for a reading worker), runs them and reports each once."""
 
-    _ctx: Any
-    _prefix: str
-    _error: BaseException | None
-    _dirty: bool
-    _free_ids: Iterator[int]
+    segment: tuple[int, int]
+    threads: int
+    """Compute threads of its process; 0: a thread of the consumer's process."""
+    capacity: int
+    tasks: dict[int, Chunk]
+    """The chunks it holds, by task id."""
+    retiring: bool
 
-    def worker_pids(self) -> dict[str, list[int]]:
-        """Pids of the workers serving each segment (label e.g. ``read+dense``), not counting
-        retiring ones; a worker that just died is listed until the coordinator reaps it."""
-        with self._lock:
-            out: dict[str, list[int]] = {}
-            for w in self._workers:
-                if not w.retiring:
-                    a, b = w.segment
-                    out.setdefault("+".join(self.stage_names[a:b]), []).append(w.proc.pid)
-            return out
+    @property
+    def pid(self) -> int | None: ...
 
-    # -- starting and stopping workers ------------------------------------------------------
+    def send(self, msg: TaskMsg) -> None:
+        """Hand it a task (it starts the task's storage requests at once)."""
+        ...
 
-    def _spawn(self, segment: tuple[int, int]) -> None:
-        parent, child = self._ctx.Pipe(duplex=True)
-        work = SegmentWork(
-            stages=self.stage_names,
-            first=segment[0],
-            stop=segment[1],
-            seed=self.config.seed,
-            downsample_rate=self.config.downsample_rate or 1.0,
-            shuffle_window=self.config.shuffle_window,
-            slot_bytes=self.slot_bytes,
-            prefix=self._prefix,
-            read_latency_s=self.config.read_latency_ms / 1e3,
-            read_concurrency=self.config.read_concurrency,
+    def stop(self) -> None:
+        """Ask it to exit (sent once it holds no task)."""
+        ...
+
+    def waitables(self) -> list[Any]:
+        """What the coordinator waits on for its reports and its death ([] for a thread, which
+        reports by itself)."""
+        ...
+
+    def close(self) -> None:
+        """Ask it to exit now, dropping what it has not started."""
+        ...
+
+    def join(self) -> None: ...
+
+
+Reply = Callable[[Worker, DoneMsg | FailMsg], None]
+
+
+class Pool:
+    """The workers of one pipeline."""
+
+    def __init__(self, dispatcher: Dispatcher, reply: Reply, thread_reply: Reply) -> None:
+        self.d = dispatcher
+        self.workers: list[Worker] = []
+        self._keys: dict[int, Key] = {}
+        self._reply = reply
+        self._thread_reply = thread_reply
+        self._names = itertools.count()
+        # fork: a worker starts in milliseconds sharing the parent's imported modules (the
+        # forkserver would re-import the user's __main__, seconds with torch); the child only
+        # runs worker_main, which touches no lock another parent thread may hold.
+        self._ctx: Any = mp.get_context("fork")
+
+    def _key(self, seg: tuple[int, int], threads: int) -> Key:
+        return (*seg, threads, self.d.inflight() if seg[0] == 0 else 0)
+
+    def _work(self, seg: tuple[int, int], threads: int) -> SegmentWork:
+        c = self.d.config
+        return SegmentWork(
+            stages=self.d.stage_names,
+            first=seg[0],
+            stop=seg[1],
+            seed=c.seed,
+            downsample_rate=c.downsample_rate or 1.0,
+            shuffle_window=c.shuffle_window,
+            slot_bytes=self.d.slot_bytes,
+            prefix=self.d.prefix,
+            read_latency_s=c.read_latency_ms / 1e3,
+            inflight=self.d.inflight(),
+            threads=threads,
             parent_pid=os.getpid(),
         )
-        proc = self._ctx.Process(target=worker_main, args=(work, child), daemon=True)
-        proc.start()
-        child.close()
-        self._workers.append(WorkerProc(segment=segment, proc=proc, conn=parent))
 
-    def _apply_target(self) -> None:
-        want = self._segment_workers(self._target)
-        for w in self._workers:
-            if w.segment not in want and not w.retiring:
-                self._retire(w)
-        for seg, n in want.items():
-            active = [w for w in self._workers if w.segment == seg and not w.retiring]
+    def spawn(self, seg: tuple[int, int], threads: int) -> None:
+        capacity = max(1, threads) + (self.d.read_ahead() if seg[0] == 0 else 0)
+        work = self._work(seg, threads)
+        w: Worker
+        if threads == 0:
+            name = f"recperf-worker-{next(self._names)}"
+            w = ThreadWorker(seg, capacity, work, self._thread_reply, name)
+        else:
+            parent, child = self._ctx.Pipe(duplex=True)
+            proc = self._ctx.Process(target=worker_main, args=(work, child), daemon=True)
+            proc.start()
+            child.close()
+            w = ProcWorker(seg, threads, capacity, proc, parent)
+        self._keys[id(w)] = self._key(seg, threads)
+        self.workers.append(w)
+
+    def apply(self, target: Allocation) -> None:
+        """Start and retire workers until every segment has its workers of its shape."""
+        want = {self._key(seg, t): n for seg, (n, t) in self.d.shapes(target).items()}
+        for w in list(self.workers):
+            if self._keys[id(w)] not in want and not w.retiring:
+                self.retire(w)
+        for key, n in want.items():
+            active = [w for w in self.workers if self._keys[id(w)] == key and not w.retiring]
             for _ in range(n - len(active)):
-                self._spawn(seg)
-            for w in sorted(active, key=lambda w: w.task is not None)[: max(0, len(active) - n)]:
-                self._retire(w)
-        self._dirty = False
+                self.spawn((key[0], key[1]), key[2])
+            for w in sorted(active, key=lambda w: len(w.tasks))[: max(0, len(active) - n)]:
+                self.retire(w)
 
-    def _retire(self, w: WorkerProc) -> None:
+    def retire(self, w: Worker) -> None:
         w.retiring = True
-        if w.task is None:
-            self._send(w, None)
+        if not w.tasks:
+            w.stop()
+            self.discard(w)
 
-    def _send(self, w: WorkerProc, msg: TaskMsg | None) -> None:
-        with contextlib.suppress(OSError):  # a dead worker's sentinel reports it; task redone
-            w.conn.send(msg)
+    def discard(self, w: Worker) -> None:
+        """Forget a stopped thread worker (it exits by itself; a process is forgotten when the
+        coordinator reaps it)."""
+        if w.retiring and not w.tasks and w.pid is None and w in self.workers:
+            self.workers.remove(w)
+            del self._keys[id(w)]
 
-    def _reap(self, w: WorkerProc) -> None:
-        """A worker exited: redo its task; count a death (any exit not asked for: a retiring
-        worker is asked once its task is done, and exits 0) and replace it unless retiring."""
-        w.proc.join(timeout=1)
-        self._workers.remove(w)
-        w.conn.close()
-        died = not w.retiring or w.task is not None or w.proc.exitcode != 0
-        if w.task is not None:
-            self._requeue(w.task)
-        if died:
-            self._stats[w.segment[0]].restarts += 1
-        if not w.retiring and w.segment in self._segment_workers(self._target):
-            self._spawn(w.segment)
+    def waitables(self) -> list[Any]:
+        return [x for w in self.workers for x in w.waitables()]
 
-    def _requeue(self, chunk: Chunk) -> None:
-        """The chunk goes back where it was; what its dead attempt wrote is dropped."""
-        items.unlink_quietly(self._out_path(chunk))
-        if chunk.lent is not None and os.path.exists(chunk.lent[0]):
-            self._free.append(chunk.lent)
-        chunk.lent = None
-        self._ring.give_back(chunk.slots)
-        chunk.slots = []
-        chunk.attempt += 1
-        self._waiting.append(chunk)
-
-    def _spend(self, ref: ItemRef) -> None:
-        """A consumed chunk buffer joins the pool of files outputs are written into."""
-        self._shm_bytes -= ref.nbytes
-        if len(self._free) >= 2 * len(self.stage_names):
-            items.unlink_quietly(ref.path)
-            return
-        path = str(items.SHM_DIR / f"{self._prefix}-free-{next(self._free_ids)}")
-        try:
-            os.rename(ref.path, path)
-            size = os.stat(path).st_size  # a reused file may be larger than its last chunk
-        except FileNotFoundError:
-            return
-        self._free.append((path, size))
-
-    def _out_path(self, chunk: Chunk) -> str:
-        return str(items.SHM_DIR / f"{self._prefix}-c{chunk.first}-s{chunk.stage}-{chunk.attempt}")
-
-    # -- what workers report ----------------------------------------------------------------
-
-    def _handle(self, ready: list[Any]) -> None:
-        by_conn = {id(w.conn): w for w in self._workers}
-        by_sentinel = {w.proc.sentinel: w for w in self._workers}
-        dead: list[WorkerProc] = []
+    def handle(self, ready: list[Any]) -> None:
+        """Read what worker processes reported; reap the dead."""
+        procs = [w for w in self.workers if isinstance(w, ProcWorker)]
+        by_conn = {id(w.conn): w for w in procs}
+        by_sentinel = {w.proc.sentinel: w for w in procs}
+        dead: list[ProcWorker] = []
         for obj in ready:
             w = by_conn.get(id(obj))
             if w is not None:
                 try:
                     while w.conn.poll():
-                        self._on_message(w, w.conn.recv())
+                        self._reply(w, w.conn.recv())
                 except (EOFError, OSError):
                     dead.append(w)
             elif obj in by_sentinel:
                 dead.append(by_sentinel[obj])
         for w in dict.fromkeys(dead):
-            if w in self._workers:
+            if w in self.workers:
                 self._reap(w)
-        self._lock.notify_all()
 
-    def _on_message(self, w: WorkerProc, msg: DoneMsg | FailMsg) -> None:
-        chunk = w.task
-        if chunk is None or chunk.task_id != msg.task_id or chunk.attempt != msg.attempt:
-            if isinstance(msg, DoneMsg) and msg.out is not None:  # a stale attempt's output
-                items.unlink_quietly(msg.out.path)
-            return
-        if isinstance(msg, FailMsg):
-            self._error = self._failure(msg, w)
-            return
-        w.task = None
-        self._account(w, msg)
-        if chunk.ref is not None:
-            self._spend(chunk.ref)
-        if chunk.lent is not None and os.path.exists(chunk.lent[0]):
-            self._free.append(chunk.lent)  # lent but not written into
-        chunk.lent = None
-        if w.segment[1] == len(self.stage_names):
-            for seq, slot, layout, rows in zip(chunk.seqs, chunk.slots, msg.layouts,
-                                               msg.rows_out, strict=True):  # fmt: skip
-                self._out[seq] = Output(slot, layout, rows)
-            chunk.slots = []
-        else:
-            assert msg.out is not None
-            chunk.ref, chunk.stage = msg.out, w.segment[1]
-            self._shm_bytes += msg.out.nbytes
-            self._waiting.append(chunk)
-        if w.retiring:
-            self._send(w, None)
+    def _reap(self, w: ProcWorker) -> None:
+        """A worker exited: redo its tasks; count a death (any exit not asked for: a retiring
+        worker is asked once its tasks are done, and exits 0) and replace it unless retiring."""
+        w.proc.join(timeout=1)
+        self.workers.remove(w)
+        key = self._keys.pop(id(w))
+        w.conn.close()
+        died = not w.retiring or bool(w.tasks) or w.proc.exitcode != 0
+        for chunk in sorted(w.tasks.values(), key=lambda c: c.first):
+            self.d.requeue(chunk)
+        w.tasks.clear()
+        if died:
+            self.d.stats[w.segment[0]].restarts += 1
+        want = {self._key(seg, t) for seg, (_, t) in self.d.shapes(self.d.target).items()}
+        if not w.retiring and key in want:
+            self.spawn(w.segment, w.threads)
 
-    def _account(self, w: WorkerProc, msg: DoneMsg) -> None:
-        a, b = w.segment
-        for s in range(a, b):
-            st_ = self._stats[s]
-            st_.cpu_s += msg.stage_cpu_s[s]
-            st_.rows += msg.stage_rows[s]
-            st_.busy_s += msg.busy_s
-        self._handoff_cpu_s += msg.handoff_cpu_s
+    def close(self) -> None:
+        """Stop every worker: threads drop queued tasks, processes are asked, then killed."""
+        for w in self.workers:
+            w.close()
+        for w in self.workers:
+            w.join()
+        self.workers.clear()
+        self._keys.clear()
 
-    def _failure(self, msg: FailMsg, w: WorkerProc) -> BaseException:
-        if msg.kind == "traceformat":
-            return TraceFormatError(*msg.payload)
-        if msg.kind == "badrow":
-            return self._bad_row(*msg.payload)
-        if msg.kind == "recperf":
-            return RecperfError(msg.payload[0])
-        a, b = w.segment
-        return RuntimeError(
-            f"ingest worker of segment {'+'.join(self.stage_names[a:b])!r} failed:\n"
-            f"{msg.payload[0]}"
-        )
-
-    def _bad_row(self, row_id: int, fieldname: str, why: str) -> TraceFormatError:
-        split = self.plan.split_of_row(row_id)
-        offset = row_id - split.first_row
-        if split.kind == "parquet":
-            return TraceFormatError(
-                split.file, None, fieldname, f"row {split.first_line + offset}: {why}"
-            )
-        return TraceFormatError(split.file, split.first_line + offset, fieldname, why)
+    def pids(self) -> list[tuple[tuple[int, int], int]]:
+        """(segment, pid) of every worker process not retiring."""
+        return [(w.segment, w.pid) for w in self.workers
+                if w.pid is not None and not w.retiring]  # fmt: skip

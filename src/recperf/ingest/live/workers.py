@@ -1,23 +1,29 @@
-"""What runs inside a live-pipeline worker process: receive a task over its pipe, run the stages
-of its segment on the task's chunk of batches, hand the result on (one packed shared-memory
-buffer at a cut, ring slots at the end of the chain), report back. The messages are small frozen
-dataclasses."""
+"""What one task does, wherever it runs (a thread of a worker process or a thread of the
+consumer's own process): the messages between the coordinator and a worker, the stages of a
+segment run on one chunk of batches, and the storage requests a reading worker keeps in flight.
+
+Protocol: the coordinator sends a ``TaskMsg`` (run stages ``start .. stop`` on one chunk); the
+worker answers one ``DoneMsg`` (the chunk's output and what each stage cost) or one ``FailMsg``
+(the error, as data the coordinator turns into the exception the consumer raises). A chunk's
+input and output are either packed into one shared-memory file (``ItemRef``), written into ring
+slots (a process ending the chain), or, between threads of the consumer's process, the Python
+objects themselves (``local``), never copied. The messages are small frozen dataclasses."""
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import time
 import traceback
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
 from recperf.core.errors import RecperfError, TraceFormatError
+from recperf.ingest.data import decode as dec
 from recperf.ingest.data import stages as st
 from recperf.ingest.live import items
-from recperf.ingest.live.items import ItemRef, Layout
+from recperf.ingest.live.items import Columns, ItemRef, Layout
 from recperf.ingest.live.ring import SlotMaps
 
 
@@ -38,8 +44,10 @@ class SegmentWork:
     """The pipeline's shared-memory file prefix (what a worker deletes if the parent dies)."""
     read_latency_s: float = 0.0
     """Emulated remote-storage latency of one request (0: local files)."""
-    read_concurrency: int = 1
-    """Requests in flight at once: a wait covers that many splits."""
+    inflight: int = 1
+    """Storage requests the worker keeps in flight (its I/O threads)."""
+    threads: int = 1
+    """Compute threads of a worker process (0: a thread of the consumer's process)."""
     parent_pid: int = 0
     """The coordinator's pid (0: unknown): a worker whose parent is another has lost it."""
 
@@ -55,13 +63,15 @@ class TaskMsg:
     seqs: tuple[int, ...]
     splits: tuple[st.Split, ...]
     source: ItemRef | None
-    """The chunk's packed batches (None when ``start`` is 0: read the splits)."""
+    """The chunk's packed batches in shared memory (None: read the splits, or ``local``)."""
     out_path: str = ""
-    """Where a cut's packed output goes (the segment does not end the chain)."""
+    """Where the packed output goes ("" at the end of the chain or when kept ``local``)."""
     reuse: str | None = None
     """A spent buffer file to write the packed output into (saves allocating pages)."""
     slots: tuple[str, ...] = ()
-    """Ring slot files, one per batch (the segment ends the chain)."""
+    """Ring slot files, one per batch (a worker process ending the chain)."""
+    local: tuple[Columns, ...] | None = None
+    """The chunk's batches as Python objects (consumer threads only; never pickled)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,18 +79,22 @@ class DoneMsg:
     task_id: int
     attempt: int
     out: ItemRef | None
-    """The packed chunk at a cut, else None."""
+    """The packed chunk in shared memory, else None."""
     layouts: tuple[Layout, ...]
-    """Each batch's layout in its ring slot (the segment ends the chain), else ()."""
+    """Each batch's layout in its ring slot (a process ending the chain), else ()."""
     rows_out: tuple[int, ...]
     """Rows of each output batch."""
     stage_cpu_s: tuple[float, ...]
-    """CPU per stage of the chain (0 for stages the task did not run)."""
+    """CPU per stage of the chain, this thread's (0 for stages the task did not run)."""
     stage_rows: tuple[int, ...]
     """Rows each stage consumed (a read stage's: the rows it produced)."""
     busy_s: float
     handoff_cpu_s: float
     """CPU spent mapping the input and writing the output."""
+    stage_wall_s: tuple[float, ...] = ()
+    """Wall time per stage, storage waits excluded."""
+    local: tuple[Columns, ...] = ()
+    """The output batches as Python objects (consumer threads only; never pickled)."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -93,9 +107,44 @@ class FailMsg:
     payload: tuple[Any, ...]
 
 
+class Fetcher:
+    """The storage requests of a reading worker: each split is one request (an emulated wait of
+    ``read_latency_s``, and for TSV the bytes themselves), issued as soon as a task reaches the
+    worker and overlapped by ``inflight`` I/O threads. A Parquet split's bytes are read by the
+    decoder (pyarrow reads and decodes a row group in one call); its request is the wait only."""
+
+    def __init__(self, latency_s: float, inflight: int) -> None:
+        self.latency_s = latency_s
+        self._pool = ThreadPoolExecutor(max(1, inflight), thread_name_prefix="recperf-io")
+
+    def start(self, splits: tuple[st.Split, ...]) -> list[Future[tuple[bytes | None, float]]]:
+        return [self._pool.submit(_fetch, s, self.latency_s) for s in splits]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _fetch(split: st.Split, latency_s: float) -> tuple[bytes | None, float]:
+    """One request: its wait, then the split's raw TSV bytes (None for other kinds), and the
+    CPU it took."""
+    time.sleep(latency_s)
+    t = time.thread_time()
+    raw = None
+    if split.kind == "tsv":
+        fd = os.open(split.file, os.O_RDONLY)
+        try:
+            raw = os.pread(fd, split.b - split.a, split.a)
+        finally:
+            os.close(fd)
+    return raw, time.thread_time() - t
+
+
+Fetched = list[Future[tuple[bytes | None, float]]]
+
+
 def _apply(
-    work: SegmentWork, name: str, cols: list[st.Columns], seqs: tuple[int, ...]
-) -> list[st.Columns]:
+    work: SegmentWork, name: str, cols: list[Columns], seqs: tuple[int, ...]
+) -> list[Columns]:
     if name == "dense":
         return [st.dense_transform(c) for c in cols]
     if name == "sparse":
@@ -106,43 +155,75 @@ def _apply(
         return [st.collate(c) for c in cols]
     if name == "shuffle":
         k = work.shuffle_window
-        out: list[st.Columns] = []
+        out: list[Columns] = []
         for a in range(0, len(cols), k):  # windows of k batches, seeded by their first seq
             out += st.shuffle(cols[a : a + k], work.seed, seqs[a])
         return out
     raise ValueError(f"unknown stage {name!r}")
 
 
-def run_task(work: SegmentWork, msg: TaskMsg, reader: st.SplitReader, maps: SlotMaps) -> DoneMsg:
-    """Run the task's stages and hand the chunk on."""
+def _read(
+    msg: TaskMsg, reader: st.SplitReader, fetched: Fetched | None
+) -> tuple[list[Columns], float, float]:
+    """The chunk's splits as columns; also the wall time spent waiting for storage and the CPU
+    its requests took on I/O threads."""
+    if fetched is None:
+        return [reader.read(s) for s in msg.splits], 0.0, 0.0
+    cols, waited, io_cpu = [], 0.0, 0.0
+    for split, fut in zip(msg.splits, fetched, strict=True):
+        t = time.perf_counter()
+        raw, cpu = fut.result()
+        waited += time.perf_counter() - t
+        io_cpu += cpu
+        if raw is None:
+            cols.append(reader.read(split))
+        else:
+            cols.append(dec.parse_tsv(raw, split.file, split.first_line, split.first_row))
+    return cols, waited, io_cpu
+
+
+def run_task(
+    work: SegmentWork,
+    msg: TaskMsg,
+    reader: st.SplitReader,
+    maps: SlotMaps | None,
+    fetched: Fetched | None = None,
+) -> DoneMsg:
+    """Run the task's stages on this thread and hand the chunk on as the message says: into
+    ring slots, into one shared-memory file, or as the Python objects themselves. CPU is this
+    thread's (``thread_time``), so threads of one process are timed apart."""
     n = len(work.stages)
-    cpu, rows = [0.0] * n, [0] * n
+    cpu, wall, rows = [0.0] * n, [0.0] * n, [0] * n
     wall0 = time.perf_counter()
-    t = time.process_time()
-    cols = [] if msg.source is None else items.unpack(items.read_item(msg.source))
-    handoff = time.process_time() - t
+    t = time.thread_time()
+    if msg.local is not None:
+        cols = list(msg.local)
+    else:
+        cols = [] if msg.source is None else items.unpack(items.read_item(msg.source))
+    handoff = time.thread_time() - t
     for i in range(msg.start, work.stop):
-        t = time.process_time()
+        t, w0, waited = time.thread_time(), time.perf_counter(), 0.0
         if work.stages[i] == "read":
-            cols = []
-            for j, split in enumerate(msg.splits):
-                if work.read_latency_s and j % work.read_concurrency == 0:
-                    # the next read_concurrency requests go out together; one latency for all
-                    time.sleep(work.read_latency_s)
-                cols.append(reader.read(split))
+            cols, waited, io_cpu = _read(msg, reader, fetched)
+            cpu[i] += io_cpu
             rows[i] = sum(len(c["row_id"]) for c in cols)
         else:
             rows[i] = sum(len(c["row_id"]) for c in cols)
             cols = _apply(work, work.stages[i], cols, msg.seqs)
-        cpu[i] = time.process_time() - t
-    t = time.process_time()
+        cpu[i] += time.thread_time() - t
+        wall[i] = time.perf_counter() - w0 - waited
+    t = time.thread_time()
     out: ItemRef | None = None
     layouts: tuple[Layout, ...] = ()
-    if work.stop == n:
+    local: tuple[Columns, ...] = ()
+    if msg.slots:
+        assert maps is not None
         layouts = tuple(maps.write(p, c) for p, c in zip(msg.slots, cols, strict=True))
-    else:
+    elif msg.out_path:
         out = items.write_item(msg.out_path, items.pack(cols), msg.reuse)
-    handoff += time.process_time() - t
+    else:
+        local = tuple(cols)
+    handoff += time.thread_time() - t
     return DoneMsg(
         task_id=msg.task_id,
         attempt=msg.attempt,
@@ -153,13 +234,13 @@ def run_task(work: SegmentWork, msg: TaskMsg, reader: st.SplitReader, maps: Slot
         stage_rows=tuple(rows),
         busy_s=time.perf_counter() - wall0,
         handoff_cpu_s=handoff,
+        stage_wall_s=tuple(wall),
+        local=local,
     )
 
 
-def _failure(msg: TaskMsg) -> FailMsg:
-    import sys
-
-    exc = sys.exc_info()[1]
+def failure(exc: BaseException, msg: TaskMsg) -> FailMsg:
+    """The error a task raised, as data (a process sends it; a thread hands it over)."""
     if isinstance(exc, st.BadRow):
         return FailMsg(msg.task_id, msg.attempt, "badrow", (exc.row_id, exc.field, exc.why))
     if isinstance(exc, TraceFormatError):  # its constructor takes four arguments: send them
@@ -167,51 +248,22 @@ def _failure(msg: TaskMsg) -> FailMsg:
         return FailMsg(msg.task_id, msg.attempt, "traceformat", fields)
     if isinstance(exc, RecperfError):
         return FailMsg(msg.task_id, msg.attempt, "recperf", (str(exc),))
-    return FailMsg(msg.task_id, msg.attempt, "error", (traceback.format_exc(),))
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return FailMsg(msg.task_id, msg.attempt, "error", (text,))
 
 
-def _die_with_parent(prefix: str, parent_pid: int) -> None:
-    """When the coordinator's process dies (even by SIGKILL) the kernel sends this worker
-    SIGTERM; it then deletes the pipeline's shared-memory files and exits quietly, so nothing
-    is left behind. Ctrl-C and a hang-up (which a terminal sends the whole process group) are
-    ignored: the coordinator owns shutdown and stops the workers itself."""
-
-    def on_term(signum: int, frame: object) -> None:
-        for path in items.SHM_DIR.glob(f"{prefix}-*"):
-            items.unlink_quietly(str(path))
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends the worker
-        pass
-    # the parent died before prctl took effect (the orphan went to init or a subreaper)
-    if os.getppid() == 1 or (parent_pid and os.getppid() != parent_pid):
-        on_term(signal.SIGTERM, None)
-
-
-def worker_main(work: SegmentWork, conn: Connection) -> None:
-    """Serve tasks until told to stop (None) or the coordinator goes away."""
-    _die_with_parent(work.prefix, work.parent_pid)
-    reader = st.SplitReader()
-    maps = SlotMaps(work.slot_bytes)
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
-        if msg is None:
-            return
-        reply: DoneMsg | FailMsg
-        try:
-            reply = run_task(work, msg, reader, maps)
-        except Exception:
-            reply = _failure(msg)
-        try:
-            conn.send(reply)
-        except (BrokenPipeError, OSError):
-            return
+def error_of(msg: FailMsg, segment: str, split_of_row: Callable[[int], st.Split]) -> Exception:
+    """The exception a failed task stops the run with: a bad row names its file, line (row
+    of a Parquet file) and field; anything unexpected keeps its traceback."""
+    if msg.kind == "traceformat":
+        return TraceFormatError(*msg.payload)
+    if msg.kind == "badrow":
+        row_id, fieldname, why = msg.payload
+        split = split_of_row(row_id)
+        line = split.first_line + row_id - split.first_row
+        if split.kind == "parquet":
+            return TraceFormatError(split.file, None, fieldname, f"row {line}: {why}")
+        return TraceFormatError(split.file, line, fieldname, why)
+    if msg.kind == "recperf":
+        return RecperfError(msg.payload[0])
+    return RuntimeError(f"ingest worker of segment {segment!r} failed:\n{msg.payload[0]}")
