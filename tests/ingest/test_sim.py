@@ -476,6 +476,7 @@ def test_bundled_specs(name: str) -> None:
         "membound-128": "memory",
         "live-2": "cores",
         "udfcut-4": "max_workers",
+        "threads-2": "cores",
     }[name]
     assert bound.binding == expect
 
@@ -500,6 +501,9 @@ def test_membound_leaves_cores_idle() -> None:
         # a 1 us/row hand-off on 2 cores: the fused chain, a worker per core
         ("live-2", 2e6 / 8.46, 2e6 / 8.46, 1e6 / 11.775, Allocation(workers=(2,), cuts=())),
         ("udfcut-4", 2e6 / 13, 1e6 / 6.9, 1e6 / 19.5, Allocation(workers=(1, 2, 1), cuts=(3, 4))),
+        # live-2 with the GIL: two threads of the consumer's process save the copy (7.46 us)
+        ("threads-2", 2e6 / 7.46, 2e6 / 7.46, 1e6 / 11.775,
+         Allocation(workers=(2,), cuts=(), threads=(0,))),
     ],
 )  # fmt: skip
 def test_bundled_values(

@@ -1,23 +1,21 @@
 """Analytic model of a chained ingestion pipeline cut into fused segments: per-segment worker
-pools, bottleneck throughput, memory, the LP upper bound and the exact integer oracle over every
-cut pattern, which tuners are judged against."""
+pools of processes or threads, the GIL each process shares among its threads, bottleneck
+throughput and memory. The LP upper bound and the exact integer oracle over every cut pattern
+and thread shape, which tuners are judged against, are in ``solve`` (re-exported here)."""
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, TypeVar
-
-import numpy as np
+from typing import Any, TypeVar
 
 from recperf.core.config import check_range, from_mapping, load_toml
 from recperf.core.errors import ConfigError
-from recperf.ingest.base import Allocation, cut_patterns, segment_caps
+from recperf.ingest.base import Allocation, check_threads, segment_caps
 
 MIB = 2**20
 GIB = 2**30
@@ -30,6 +28,14 @@ MAX_MEMORY_MIB = 1e9
 """The most memory a worker or a batch may take, MiB (about a petabyte)."""
 MAX_BUDGET_GIB = 1e6
 """The largest memory budget, GiB (about a petabyte)."""
+DEFAULT_GIL_FRAC = 1.0
+"""A stage's GIL fraction when its spec does not say: pure Python, the conservative guess (its
+threads never run in parallel; only more processes speed it up)."""
+HANDOFF_GIL_FRAC = 1.0
+"""Share of a hand-off (pickling or copying a batch to the next process) that holds the GIL."""
+THREAD_BATCHES = 2
+"""Batches a worker thread holds at once (the one it reads and the one it hands on): an extra
+thread's working set is this many ``memory_mib_per_batch``."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -44,13 +50,21 @@ class StageSpec:
     """Most workers that help this stage (>= 1); ``None`` for no cap. A segment holding the
     stage inherits the cap (its workers all run the stage)."""
     memory_mib_per_worker: float = 0.0
-    """Resident memory this stage adds to a worker that runs it, MiB (0..1e9)."""
+    """Resident memory this stage adds to a worker process that runs it, MiB (0..1e9)."""
+    gil_frac: float = DEFAULT_GIL_FRAC
+    """Fraction of the stage's time that holds the GIL, 0..1 (1: pure Python, 0.1: mostly in
+    numpy or a parser that releases it); its threads in one process share one GIL."""
 
     def __post_init__(self) -> None:
         check_range("cost_us_per_row", self.cost_us_per_row, *COST_US_RANGE)
         if self.max_workers is not None:
             check_range("max_workers", self.max_workers, 1, None)
         check_range("memory_mib_per_worker", self.memory_mib_per_worker, 0.0, MAX_MEMORY_MIB)
+        check_range("gil_frac", self.gil_frac, 0.0, 1.0)
+
+    @property
+    def gil_us_per_row(self) -> float:
+        return self.gil_frac * self.cost_us_per_row
 
 
 AllocLike = Allocation | Sequence[int]
@@ -69,6 +83,17 @@ class PipelineSpec:
     runs at its slowest segment. A fused worker's memory is the sum of its stages' (conservative:
     a fused worker may share buffers between its stages, the model assumes it does not); buffers
     sit only at the cuts. With every stage its own segment this is the per-stage model.
+
+    Threads (``Allocation.threads``, from ``thread_options``): a process of T threads has T tasks
+    but one GIL, so it serves at most 1e6 / g rows/s, g its segment's GIL-held µs per row (each
+    stage's ``gil_frac`` x cost, plus the hand-off at ``HANDOFF_GIL_FRAC``). Threads of the
+    consumer's process (T = 0) share ONE GIL across every such segment and the consumer's own
+    work (``consumer_us_per_row`` at ``consumer_gil_frac``): the GIL limit there is joint. Such a
+    segment hands on without a copy (no ``transfer_us_per_row``) when the next segment is also
+    consumer threads or it is the last. Contention counts tasks (``Allocation.total``; the
+    consumer's own thread limits only through its rate and its GIL) against the cores. A worker
+    process costs its stages' memory and each extra thread ``THREAD_BATCHES`` batches; a
+    consumer thread costs only those batches.
     """
 
     name: str = "custom"
@@ -88,6 +113,14 @@ class PipelineSpec:
     """Rows per batch (>= 1); informational here, used by the executor and env."""
     queue_batches: int = 2
     """Batches buffered at each cut between two segments (>= 0)."""
+    consumer_us_per_row: float = 0.0
+    """CPU the consumer's own thread spends per row taking batches, µs (0..1e9); one thread,
+    in the process that consumer-thread segments share."""
+    consumer_gil_frac: float = DEFAULT_GIL_FRAC
+    """Fraction of the consumer's per-row work that holds the GIL, 0..1."""
+    thread_options: tuple[int, ...] = (1,)
+    """Threads per worker the pipeline can run (see ``Allocation.threads``; 0: threads of the
+    consumer's process); (1,): single-threaded worker processes only."""
 
     def __post_init__(self) -> None:
         check_range("cores", self.cores, 1, 1024)
@@ -96,6 +129,14 @@ class PipelineSpec:
         check_range("memory_mib_per_batch", self.memory_mib_per_batch, 0.0, MAX_MEMORY_MIB)
         check_range("batch_rows", self.batch_rows, 1, None)
         check_range("queue_batches", self.queue_batches, 0, None)
+        check_range("consumer_us_per_row", self.consumer_us_per_row, 0.0, COST_US_RANGE[1])
+        check_range("consumer_gil_frac", self.consumer_gil_frac, 0.0, 1.0)
+        if not self.thread_options or len(set(self.thread_options)) != len(self.thread_options):
+            raise ConfigError(
+                f"thread_options = {list(self.thread_options)}: expected distinct thread counts"
+            )
+        for t in self.thread_options:
+            check_threads(t, "thread_options")
         if not self.stages:
             raise ConfigError("stage: the pipeline needs at least one [[stage]]")
         seen: set[str] = set()
@@ -133,47 +174,134 @@ class PipelineSpec:
             )
         return segs, a.workers
 
-    def segment_costs_us(self, segs: Segments) -> tuple[float, ...]:
-        """Per-row cost of each segment: its stages' costs plus one hand-off."""
+    def shape(self, alloc: AllocLike) -> tuple[int, ...]:
+        """Threads of each segment's workers (1s for plain worker counts)."""
+        if isinstance(alloc, Allocation):
+            return alloc.segment_threads()
+        return (1,) * len(alloc)
+
+    @staticmethod
+    def _no_copy(threads: Sequence[int], j: int) -> bool:
+        """Segment ``j`` is consumer threads handing on to consumer threads or the consumer."""
+        return threads[j] == 0 and (j + 1 == len(threads) or threads[j + 1] == 0)
+
+    def segment_costs_us(
+        self, segs: Segments, threads: Sequence[int] | None = None
+    ) -> tuple[float, ...]:
+        """Per-row cost of each segment: its stages' costs plus one hand-off (none where
+        consumer threads hand on in their own process)."""
+        t = (1,) * len(segs) if threads is None else threads
+        out = []
+        for j, (a, b) in enumerate(segs):
+            work = sum(s.cost_us_per_row for s in self.stages[a:b])
+            out.append(work if self._no_copy(t, j) else work + self.transfer_us_per_row)
+        return tuple(out)
+
+    def segment_gil_us(self, segs: Segments, threads: Sequence[int]) -> tuple[float, ...]:
+        """GIL-held µs per row of each segment: its stages' share and its hand-off's."""
+        out = []
+        for j, (a, b) in enumerate(segs):
+            held = sum(s.gil_us_per_row for s in self.stages[a:b])
+            copy = 0.0 if self._no_copy(threads, j) else self.transfer_us_per_row
+            out.append(held + HANDOFF_GIL_FRAC * copy)
+        return tuple(out)
+
+    def worker_us(self, segs: Segments, threads: Sequence[int]) -> tuple[float, ...]:
+        """µs per row of one worker of each segment alone (1e6 / its rows/s): a process of T
+        threads the more of cost / T (its cores) and its GIL-held time (its GIL); a thread of
+        the consumer's process its cost (the consumer's GIL is ``consumer_limit``'s)."""
+        costs = self.segment_costs_us(segs, threads)
+        if all(t in (0, 1) for t in threads):
+            return costs
+        gils = self.segment_gil_us(segs, threads)
         return tuple(
-            sum(s.cost_us_per_row for s in self.stages[a:b]) + self.transfer_us_per_row
-            for a, b in segs
+            max(c / t, g) if t >= 2 else c for c, g, t in zip(costs, gils, threads, strict=True)
         )
+
+    def consumer_gil_us(self, segs: Segments, threads: Sequence[int]) -> float:
+        """GIL-held µs per row in the consumer's process: its consumer-thread segments' and
+        its own work's."""
+        gils = self.segment_gil_us(segs, threads) if 0 in threads else ()
+        own = self.consumer_gil_frac * self.consumer_us_per_row if self.consumer_us_per_row else 0.0
+        return sum(g for g, t in zip(gils, threads, strict=False) if t == 0) + own
+
+    def consumer_limit(self, alloc: AllocLike) -> float:
+        """Rows/s the consumer's process allows (its shared GIL, its own thread), contention
+        included; inf when it has no per-row work and no consumer threads."""
+        segs, _ = self.layout(alloc)
+        t = self.shape(alloc)
+        scale = self.contention(alloc)
+        out = math.inf
+        gil = self.consumer_gil_us(segs, t)
+        if gil > 0:
+            out = 1e6 / gil * scale
+        if self.consumer_us_per_row > 0:
+            out = min(out, 1e6 / self.consumer_us_per_row * scale)
+        return out
+
+    def thread_mib(self) -> float:
+        """Working set of one worker thread, MiB (``THREAD_BATCHES`` batches)."""
+        return THREAD_BATCHES * self.memory_mib_per_batch
 
     def segment_caps(self, segs: Segments) -> tuple[int | None, ...]:
         return segment_caps([s.max_workers for s in self.stages], segs)
 
-    def segment_memory_mib(self, segs: Segments) -> tuple[float, ...]:
-        """Memory of one worker of each segment: the sum of its stages' (see the class doc)."""
-        return tuple(sum(s.memory_mib_per_worker for s in self.stages[a:b]) for a, b in segs)
+    def segment_memory_mib(
+        self, segs: Segments, threads: Sequence[int] | None = None
+    ) -> tuple[float, ...]:
+        """Memory of one worker of each segment: a process the sum of its stages' (see the
+        class doc) plus a thread's working set per extra thread; a consumer thread only that."""
+        procs = tuple(sum(s.memory_mib_per_worker for s in self.stages[a:b]) for a, b in segs)
+        if threads is None or all(t == 1 for t in threads):
+            return procs
+        th = self.thread_mib()
+        return tuple(m + (t - 1) * th if t else th for m, t in zip(procs, threads, strict=True))
 
     def segment_label(self, seg: tuple[int, int]) -> str:
         """e.g. ``read+dense``."""
         return "+".join(s.name for s in self.stages[seg[0] : seg[1]])
 
+    def tasks(self, alloc: AllocLike) -> int:
+        """Tasks competing for the cores: every worker thread (``Allocation.total``; the
+        consumer's own thread is not counted, as before threads: it limits only through
+        ``consumer_limit``)."""
+        _, w = self.layout(alloc)
+        t = self.shape(alloc)
+        return sum(wi * max(1, ti) for wi, ti in zip(w, t, strict=True))
+
     def contention(self, alloc: AllocLike) -> float:
-        """Factor (<= 1) every segment's capacity is scaled by when workers outnumber cores."""
-        total = sum(self.layout(alloc)[1])
+        """Factor (<= 1) every segment's capacity is scaled by when tasks outnumber cores."""
+        total = self.tasks(alloc)
         return 1.0 if total <= self.cores else self.cores / total
 
     def capacities(self, alloc: AllocLike) -> tuple[float, ...]:
-        """Rows/s each segment could sustain alone under ``alloc`` (contention included)."""
+        """Rows/s each segment could sustain alone under ``alloc`` (contention included; the
+        consumer's shared GIL is ``consumer_limit``)."""
         segs, w = self.layout(alloc)
+        t = self.shape(alloc)
         scale = self.contention(alloc)
         out = []
-        caps, costs = self.segment_caps(segs), self.segment_costs_us(segs)
-        for wi, cap, cost in zip(w, caps, costs, strict=True):
-            useful = wi if cap is None else min(wi, cap)
-            out.append(max(useful, 0) * 1e6 / cost * scale)
+        caps, costs = self.segment_caps(segs), self.segment_costs_us(segs, t)
+        gils = self.segment_gil_us(segs, t) if any(x >= 2 for x in t) else (0.0,) * len(segs)
+        for wi, ti, cap, cost, gil in zip(w, t, caps, costs, gils, strict=True):
+            tasks = wi * max(1, ti)
+            useful = tasks if cap is None else min(tasks, cap)
+            rate = max(useful, 0) * 1e6 / cost * scale
+            if ti >= 2 and gil > 0:  # one GIL per process
+                rate = min(rate, max(wi, 0) * 1e6 / gil * scale)
+            out.append(rate)
         return tuple(out)
 
     def throughput(self, alloc: AllocLike) -> float:
-        """Pipeline rows/s: the slowest segment of the chain."""
-        return min(self.capacities(alloc))
+        """Pipeline rows/s: the slowest segment of the chain, or the consumer's process."""
+        return min(min(self.capacities(alloc)), self.consumer_limit(alloc))
 
     def bottleneck(self, alloc: AllocLike) -> str:
-        """Label of the slowest segment, e.g. ``read+dense`` (the first one on ties)."""
+        """Label of the slowest segment, e.g. ``read+dense`` (the first one on ties), or
+        ``consumer`` when the consumer's process (its GIL or its thread) limits."""
         caps = self.capacities(alloc)
+        if self.consumer_limit(alloc) < min(caps):
+            return "consumer"
         segs, _ = self.layout(alloc)
         return self.segment_label(segs[caps.index(min(caps))])
 
@@ -186,24 +314,28 @@ class PipelineSpec:
     def memory_bytes(self, alloc: AllocLike) -> float:
         """Workers' memory plus the buffers at the cuts, bytes."""
         segs, w = self.layout(alloc)
-        mib = sum(wi * m for wi, m in zip(w, self.segment_memory_mib(segs), strict=True))
+        per = self.segment_memory_mib(segs, self.shape(alloc))
+        mib = sum(wi * m for wi, m in zip(w, per, strict=True))
         return (mib + self.buffer_mib(len(segs))) * MIB
 
     def check_allocation(self, alloc: AllocLike) -> None:
-        """Raise ConfigError if a segment has < 1 or more than its cap of workers, or memory is
-        over the budget."""
+        """Raise ConfigError if a segment has < 1 worker, more tasks than its cap or threads
+        the pipeline cannot run, or memory is over the budget."""
         segs, w = self.layout(alloc)
-        for seg, wi, cap in zip(segs, w, self.segment_caps(segs), strict=True):
+        t = self.shape(alloc)
+        for seg, wi, ti, cap in zip(segs, w, t, self.segment_caps(segs), strict=True):
             what = "stage" if seg[1] - seg[0] == 1 else "segment"
+            label = f"{what} {self.segment_label(seg)!r}"
             if wi < 1:
+                raise ConfigError(f"allocation: {label} has {wi} workers; needs >= 1")
+            if ti not in self.thread_options:
                 raise ConfigError(
-                    f"allocation: {what} {self.segment_label(seg)!r} has {wi} workers; needs >= 1"
+                    f"allocation: {label} has {ti} threads per worker; the pipeline runs "
+                    f"{', '.join(map(str, self.thread_options))} (thread_options)"
                 )
-            if cap is not None and wi > cap:
-                raise ConfigError(
-                    f"allocation: {what} {self.segment_label(seg)!r} has {wi} workers, over its "
-                    f"max_workers = {cap}"
-                )
+            if cap is not None and wi * max(1, ti) > cap:
+                tasks = f"{wi} workers" if ti == 1 else f"{wi} workers x {max(1, ti)} threads"
+                raise ConfigError(f"allocation: {label} has {tasks}, over its max_workers = {cap}")
         total_mib = self.memory_bytes(alloc) / MIB
         if total_mib > self.memory_budget_gib * 1024 * (1 + 1e-12):
             buf = self.buffer_mib(len(segs))
@@ -214,12 +346,12 @@ class PipelineSpec:
             )
 
     def fits(self, alloc: AllocLike) -> bool:
-        """True if ``alloc`` passes check_allocation and uses at most ``cores`` workers."""
+        """True if ``alloc`` passes check_allocation and runs at most ``cores`` tasks."""
         try:
             self.check_allocation(alloc)
         except ConfigError:
             return False
-        return sum(self.layout(alloc)[1]) <= self.cores
+        return self.tasks(alloc) <= self.cores
 
     def with_(self, **changes: Any) -> PipelineSpec:
         return dataclasses.replace(self, **changes)
@@ -262,7 +394,7 @@ def spec_from_mapping(data: Mapping[str, Any], source: str = "spec") -> Pipeline
     return _build(PipelineSpec, {**top, "stages": tuple(stages)}, source)
 
 
-BUNDLED = ("criteo-16", "udf-64", "membound-128", "live-2", "udfcut-4")
+BUNDLED = ("criteo-16", "udf-64", "membound-128", "live-2", "udfcut-4", "threads-2")
 
 
 def load_spec(spec: str | Path) -> PipelineSpec:
@@ -277,157 +409,17 @@ def load_spec(spec: str | Path) -> PipelineSpec:
     return spec_from_mapping({"name": path.stem, **data}, source=str(path))
 
 
-# -- bound and oracle -------------------------------------------------------------------------
-
-Binding = Literal["cores", "max_workers", "memory"]
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class Bound:
-    """The LP relaxation's optimum: real-valued workers, no floor of one worker per segment."""
-
-    throughput_rows_per_s: float
-    """Highest throughput any allocation (even fractional) with these cuts can reach."""
-    workers: tuple[float, ...]
-    """The real-valued workers per segment that reach it (the least such)."""
-    binding: Binding
-    """The constraint that limits the throughput."""
-    binding_stage: str | None = None
-    """For ``max_workers``, the capped stage that binds (the most capped of its segment)."""
-    cuts: tuple[int, ...] | None = None
-    """Where the chain is cut (as ``Allocation.cuts``; None: every stage its own segment)."""
-
-
-def segments_of(n_stages: int, cuts: Sequence[int] | None) -> Segments:
-    """``(first, stop)`` stages of each segment of a chain of ``n_stages`` cut at ``cuts``
-    (valid cuts, as ``Allocation.cuts``; None: before every stage but the first)."""
-    inner = range(1, n_stages) if cuts is None else cuts
-    return tuple(itertools.pairwise((0, *inner, n_stages)))
-
-
-def _normal(n_stages: int, cuts: Sequence[int] | None) -> tuple[int, ...] | None:
-    """``cuts`` with a cut between every pair of stages spelled None (as Allocation.normalized)."""
-    return None if cuts is None or len(cuts) == n_stages - 1 else tuple(cuts)
-
-
-def pattern_bound(spec: PipelineSpec, cuts: Sequence[int] | None) -> Bound:
-    """Solve max T s.t. T*c_j/1e6 <= w_j <= cap_j, sum w <= cores, memory(w) <= budget for the
-    segments of ``cuts``.
-
-    The least workers for throughput T are w_j = T*c_j/1e6, linear in T, so every constraint
-    caps T on its own and T* is the smallest of those caps.
-    """
-    segs = segments_of(spec.n_stages, cuts)
-    costs = spec.segment_costs_us(segs)
-    limits: list[tuple[float, Binding, str | None]] = [
-        (spec.cores * 1e6 / sum(costs), "cores", None)
-    ]
-    for (a, b), c, cap in zip(segs, costs, spec.segment_caps(segs), strict=True):
-        if cap is not None:
-            stage = next(s.name for s in spec.stages[a:b] if s.max_workers == cap)
-            limits.append((cap * 1e6 / c, "max_workers", stage))
-    mem = spec.segment_memory_mib(segs)
-    mib_per_rate = sum(c * m for c, m in zip(costs, mem, strict=True))
-    free_mib = spec.memory_budget_gib * 1024 - spec.buffer_mib(len(segs))
-    if free_mib < 0:
-        limits.append((0.0, "memory", None))
-    elif mib_per_rate > 0:
-        limits.append((free_mib * 1e6 / mib_per_rate, "memory", None))
-    t, binding, binding_stage = min(limits, key=lambda lim: lim[0])
-    return Bound(
-        throughput_rows_per_s=t,
-        workers=tuple(t * c / 1e6 for c in costs),
-        binding=binding,
-        binding_stage=binding_stage,
-        cuts=_normal(spec.n_stages, cuts),
-    )
-
-
-def lp_bound(spec: PipelineSpec) -> Bound:
-    """The best ``pattern_bound`` over every cut pattern (fewest cuts on ties)."""
-    best: Bound | None = None
-    for cuts in cut_patterns(spec.n_stages):
-        b = pattern_bound(spec, cuts)
-        if best is None or b.throughput_rows_per_s > best.throughput_rows_per_s * (1 + 1e-12):
-            best = b
-    assert best is not None  # a chain has at least the fused pattern
-    return best
-
-
-OVERSUBSCRIBE = 8
-"""Default most workers per uncapped segment, as a multiple of the cores (see ``oracle``)."""
-
-
-def segment_limits(
-    spec: PipelineSpec, segs: Segments, worker_limit: int | None = None
-) -> list[int]:
-    """Most workers each segment may get: its cap, else ``worker_limit`` (default 8 x cores)."""
-    limit = OVERSUBSCRIBE * spec.cores if worker_limit is None else worker_limit
-    return [limit if cap is None else min(cap, limit) for cap in spec.segment_caps(segs)]
-
-
-def pattern_oracle(
-    spec: PipelineSpec, cuts: Sequence[int] | None, worker_limit: int | None = None
-) -> Allocation | None:
-    """The best integer allocation of the segments of ``cuts`` within caps and memory (ties go
-    to fewer workers); None if none fits.
-
-    Exact for the min-of-segments model: take an optimum w* and r = min_j w*_j / c_j (one of the
-    candidates w / c_j); the least workers reaching r, ceil(r * c_j), are <= w* everywhere, so
-    they reach at least r with no more workers (no more contention) and no more memory. Every
-    candidate's least workers are computed at once; they grow with r, so the first near-best
-    candidate has the fewest workers.
-    """
-    segs = segments_of(spec.n_stages, cuts)
-    costs = np.asarray(spec.segment_costs_us(segs))
-    lim = np.asarray(segment_limits(spec, segs, worker_limit), dtype=float)
-    ratios = np.unique(
-        np.concatenate([np.arange(1, n + 1) / c for n, c in zip(lim, costs, strict=True)])
-    )
-    x = ratios[:, None] * costs[None, :]
-    w = np.maximum(1.0, np.ceil(x - 1e-9 * np.maximum(1.0, x)))
-    per_worker = np.asarray(spec.segment_memory_mib(segs))
-    mib = (w * per_worker).sum(axis=1) + spec.buffer_mib(len(segs))  # no BLAS: same bits anywhere
-    ok = (w <= lim).all(axis=1) & (mib <= spec.memory_budget_gib * 1024 * (1 + 1e-12))
-    if not ok.any():
-        return None
-    w = w[ok]
-    total = w.sum(axis=1)
-    scale = np.where(total <= spec.cores, 1.0, spec.cores / total)
-    t = (w * 1e6 / costs * scale[:, None]).min(axis=1)
-    i = int(np.argmax(t >= t.max() * (1 - 1e-9)))
-    workers = tuple(int(v) for v in w[i])
-    return Allocation(workers=workers, cuts=_normal(spec.n_stages, cuts))
-
-
-def oracle(spec: PipelineSpec, worker_limit: int | None = None) -> Allocation:
-    """The best integer allocation over every cut pattern within caps and memory; ties go to
-    fewer workers, then fewer segments, then the earlier pattern of ``cut_patterns``.
-
-    Workers may outnumber the cores (the model then scales every segment by cores / workers),
-    so each uncapped segment is limited to ``worker_limit`` workers (default 8 x cores).
-    Patterns are solved (``pattern_oracle``) in decreasing order of their LP bound, and the
-    search stops at the first whose bound is below the best found (no allocation of it or of a
-    later one can come near), which keeps the 32 patterns of a 6-stage chain to a few.
-    """
-    order = list(enumerate(cut_patterns(spec.n_stages)))
-    bounds = {i: pattern_bound(spec, cuts).throughput_rows_per_s for i, cuts in order}
-    order.sort(key=lambda ic: (-bounds[ic[0]], ic[0]))
-    found: list[tuple[float, int, int, int, Allocation]] = []
-    best_t = -math.inf
-    for i, cuts in order:
-        if bounds[i] < best_t * (1 - 1e-9):
-            break
-        alloc = pattern_oracle(spec, cuts, worker_limit)
-        if alloc is None:
-            continue
-        t = spec.throughput(alloc)
-        found.append((t, alloc.total, len(alloc.workers), i, alloc))
-        best_t = max(best_t, t)
-    if not found:
-        raise ConfigError(
-            f"{spec.name}: no allocation of >= 1 worker per segment fits the caps and "
-            f"memory_budget_gib = {spec.memory_budget_gib:g}, whatever the cuts"
-        )
-    near = [f for f in found if f[0] >= best_t * (1 - 1e-9)]
-    return min(near, key=lambda f: f[1:4])[4]
+# the bound and the oracle live in ``solve`` (which imports this module); re-exported here, where
+# callers have always found them (the package imports this module first, so the cycle is safe)
+from recperf.ingest.sim.solve import (  # noqa: E402
+    OVERSUBSCRIBE as OVERSUBSCRIBE,
+)
+from recperf.ingest.sim.solve import Binding as Binding  # noqa: E402
+from recperf.ingest.sim.solve import Bound as Bound  # noqa: E402
+from recperf.ingest.sim.solve import lp_bound as lp_bound  # noqa: E402
+from recperf.ingest.sim.solve import oracle as oracle  # noqa: E402
+from recperf.ingest.sim.solve import pattern_bound as pattern_bound  # noqa: E402
+from recperf.ingest.sim.solve import pattern_oracle as pattern_oracle  # noqa: E402
+from recperf.ingest.sim.solve import segment_limits as segment_limits  # noqa: E402
+from recperf.ingest.sim.solve import segments_of as segments_of  # noqa: E402
+from recperf.ingest.sim.solve import shapes as shapes  # noqa: E402

@@ -26,6 +26,13 @@ class SimTarget:
     that segment or a later one, upstream produces faster than it drains (directly, or through
     backpressure), so its queue sits near full (``QUEUE_FULL``); if the bottleneck is earlier, it
     is starved and its queue fill is half its busy fraction (a near-bottleneck keeps a backlog).
+
+    Threads: a stage's CPU is the rows it ran times its cost (threads waiting for the GIL burn
+    none); its wall time is its segment's tasks' busy time, shared by cost. Its GIL fraction is
+    reported, with noise, only when its worker runs several threads (T >= 2, or threads of the
+    consumer's process), NaN otherwise, as the live target can measure it; the consumer's cost
+    only when the spec has one. Neither draws noise otherwise, so a spec without threads sees
+    the same draws as before.
     """
 
     def __init__(
@@ -56,7 +63,7 @@ class SimTarget:
 
     @property
     def thread_options(self) -> tuple[int, ...]:
-        return (1,)
+        return self.spec.thread_options
 
     @property
     def inflight_options(self) -> tuple[int, ...]:
@@ -79,28 +86,50 @@ class SimTarget:
 
     def _per_stage(
         self, alloc: Allocation, caps: tuple[float, ...], window: float
-    ) -> tuple[list[float], list[float], list[float]]:
-        """Busy fraction, queue fill and CPU seconds of each stage (see the class doc), from
-        the segments' capacities ``caps``; a stage's CPU is its share of its segment's cost."""
+    ) -> tuple[list[float], list[float], list[float], list[float]]:
+        """Busy fraction, queue fill, CPU and wall seconds of each stage (see the class doc),
+        from the segments' capacities ``caps``; a stage's CPU is its share of its segment's
+        cost."""
         spec = self.spec
         segs, workers = spec.layout(alloc)
-        thr = min(caps)
-        neck = caps.index(thr)
+        threads = spec.shape(alloc)
+        thr = min(min(caps), spec.consumer_limit(alloc))
+        neck = caps.index(min(caps)) if thr == min(caps) else len(caps)
         scale = spec.contention(alloc)
         busy: list[float] = []
         fill: list[float] = []
         cpu: list[float] = []
-        for j, ((a, b), w, cap, cost) in enumerate(
-            zip(segs, workers, spec.segment_caps(segs), spec.segment_costs_us(segs), strict=True)
-        ):
+        wall: list[float] = []
+        for j, ((a, b), w, t, cap, cost) in enumerate(
+            zip(segs, workers, threads, spec.segment_caps(segs),
+                spec.segment_costs_us(segs, threads), strict=True)
+        ):  # fmt: skip
             seg_busy = min(1.0, thr / caps[j])
             queue = 0.0 if j == 0 else (QUEUE_FULL if neck >= j else 0.5 * seg_busy)
-            cpu_s = seg_busy * (w if cap is None else min(w, cap)) * scale * window
+            tasks = w * max(1, t)
+            useful = tasks if cap is None else min(tasks, cap)
+            cpu_s = seg_busy * useful * scale * window
+            wall_s = seg_busy * useful * window
+            if t != 1:  # threads waiting for a GIL burn no CPU: the rows' cost is the CPU
+                cpu_s = thr * cost / 1e6 * window
             for i in range(a, b):
+                share = spec.stages[i].cost_us_per_row / cost
                 busy.append(seg_busy)
                 fill.append(queue if i == a else 0.0)
-                cpu.append(cpu_s * spec.stages[i].cost_us_per_row / cost)
-        return busy, fill, cpu
+                cpu.append(cpu_s * share)
+                wall.append(wall_s * share)
+        return busy, fill, cpu, wall
+
+    def _gil(self, alloc: Allocation) -> tuple[float, ...]:
+        """Measured GIL fraction of each stage: noisy where its worker runs several threads
+        (no draw, and NaN, elsewhere)."""
+        n = self.spec.n_stages
+        seen = [t != 1 for t in alloc.stage_threads(n)]
+        if not any(seen):
+            return (float("nan"),) * n
+        noisy = [s.gil_frac for s in self.spec.stages] * self._factor(n)
+        return tuple(min(1.0, float(g)) if ok else float("nan")
+                     for g, ok in zip(noisy, seen, strict=True))  # fmt: skip
 
     def measure(self, alloc: Allocation, window_s: float | None = None) -> Measurement:
         """Run ``alloc`` for ``window_s`` simulated seconds (default: this target's window)."""
@@ -113,12 +142,15 @@ class SimTarget:
         except ConfigError as exc:
             raise AllocationRefused(str(exc)) from None
         caps = spec.capacities(alloc)
-        thr = min(caps)
-        busy, fill, cpu = self._per_stage(alloc, caps, window)
+        thr = spec.throughput(alloc)
+        busy, fill, cpu, wall = self._per_stage(alloc, caps, window)
         noisy = thr * float(self._factor())
         stage_costs = np.array([s.cost_us_per_row for s in spec.stages])
         costs = stage_costs * self._factor(spec.n_stages)
         handoff = spec.transfer_us_per_row * float(self._factor())
+        gil = self._gil(alloc)
+        own = spec.consumer_us_per_row
+        consumer = own * float(self._factor()) if own > 0 else float("nan")
         mem = spec.memory_bytes(alloc)
         self._clock_s += window
         self.measurements += 1
@@ -135,4 +167,7 @@ class SimTarget:
             memory_bytes=mem,
             window_s=window,
             handoff_us_per_row=handoff,
+            consumer_us_per_row=consumer,
+            stage_wall_s=tuple(wall),
+            gil_frac=gil,
         )
