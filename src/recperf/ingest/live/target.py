@@ -28,7 +28,12 @@ from recperf.ingest.live.batch import Snapshot, rate
 from recperf.ingest.live.dispatch import MIB
 from recperf.ingest.live.executor import Pipeline
 from recperf.ingest.live.items import item_bytes
-from recperf.ingest.sim.model import PipelineSpec, StageSpec
+from recperf.ingest.sim.model import (
+    DEFAULT_GIL_FRAC,
+    PipelineSpec,
+    StageSpec,
+    copying_segments,
+)
 
 
 def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measurement:
@@ -320,37 +325,52 @@ def _per_stage(path: Path, table: object, stage_names: Sequence[str]) -> Allocat
 
 
 def calibrate(target: LiveTarget, name: str = "calibrated") -> PipelineSpec:
-    """A simulator spec of the live pipeline: each stage's median measured CPU per output row,
-    its worker memory as measured (or estimated), the measured hand-off per segment, the real
-    cores, budget and buffer sizes."""
-    if not target.measurements:
+    """A simulator spec of the live pipeline: each stage's median measured CPU per output row
+    and GIL fraction (the default where no window ran it in several threads), its worker
+    memory as measured (or estimated), the measured hand-off per copying segment, the
+    consumer's measured cost, the real cores, budget, buffer sizes and thread options."""
+    ms = target.measurements
+    if not ms:
         raise ConfigError("calibrate: the target has no measurements yet")
     p = target.pipeline
-    costs = []
-    for i in range(len(p.stage_names)):
-        vals = [m.cost_us_per_row[i] for m in target.measurements]
-        vals = [v for v in vals if math.isfinite(v) and v > 0]
-        costs.append(statistics.median(vals) if vals else 1e-3)
-    stages = tuple(
-        StageSpec(name=n, cost_us_per_row=c, max_workers=cap, memory_mib_per_worker=mem)
-        for n, c, cap, mem in zip(
-            p.stage_names, costs, target.max_workers, p.worker_memory_mib(), strict=True
-        )
-    )
-    # the measured hand-off is over all of a window's segments; the model charges it per segment
     n = len(p.stage_names)
-    per_seg = [m.handoff_us_per_row / len(m.allocation.segments(n)) for m in target.measurements]
-    per_seg = [v for v in per_seg if math.isfinite(v) and v >= 0]
+    costs = [_median([m.cost_us_per_row[i] for m in ms], 1e-3, positive=True) for i in range(n)]
+    gils = [
+        min(1.0, _median([m.gil_frac[i] for m in ms if m.gil_frac], DEFAULT_GIL_FRAC))
+        for i in range(n)
+    ]
+    stages = tuple(
+        StageSpec(name=n, cost_us_per_row=c, max_workers=cap, memory_mib_per_worker=mem,
+                  gil_frac=g)
+        for n, c, cap, mem, g in zip(
+            p.stage_names, costs, target.max_workers, p.worker_memory_mib(), gils, strict=True
+        )
+    )  # fmt: skip
+    # the measured hand-off is over all of a window's copying segments; the model charges it
+    # per copying segment (consumer threads handing on in their own process copy nothing)
+    per_seg = [
+        m.handoff_us_per_row / k
+        for m in ms
+        if (k := copying_segments(m.allocation.normalized(n).segment_threads()))
+    ]
     return PipelineSpec(
         name=name,
         cores=p.cores,
         memory_budget_gib=p.config.memory_budget_gib,
         stages=stages,
-        transfer_us_per_row=statistics.median(per_seg) if per_seg else 0.0,
+        transfer_us_per_row=_median(per_seg, 0.0),
         memory_mib_per_batch=item_bytes(p.config.batch_size) / MIB,
         batch_rows=p.config.batch_size,
         queue_batches=p.config.queue_batches,
+        consumer_us_per_row=_median([m.consumer_us_per_row for m in ms], 0.0),
+        thread_options=target.thread_options,
     )
+
+
+def _median(values: list[float], default: float, positive: bool = False) -> float:
+    """Median of the finite values >= 0 (> 0 with ``positive``); ``default`` if none."""
+    vals = [v for v in values if math.isfinite(v) and (v > 0 if positive else v >= 0)]
+    return statistics.median(vals) if vals else default
 
 
 def spec_toml(spec: PipelineSpec) -> str:
@@ -362,10 +382,14 @@ def spec_toml(spec: PipelineSpec) -> str:
         f"memory_mib_per_batch = {spec.memory_mib_per_batch!r}",
         f"batch_rows = {spec.batch_rows}",
         f"queue_batches = {spec.queue_batches}",
+        f"consumer_us_per_row = {spec.consumer_us_per_row!r}",
+        f"consumer_gil_frac = {spec.consumer_gil_frac!r}",
+        f"thread_options = {list(spec.thread_options)}",
     ]
     for s in spec.stages:
         out += ["", "[[stage]]", f'name = "{s.name}"', f"cost_us_per_row = {s.cost_us_per_row!r}"]
         if s.max_workers is not None:
             out.append(f"max_workers = {s.max_workers}")
         out.append(f"memory_mib_per_worker = {s.memory_mib_per_worker!r}")
+        out.append(f"gil_frac = {s.gil_frac!r}")
     return "\n".join(out) + "\n"

@@ -67,6 +67,17 @@ class StageSpec:
         return self.gil_frac * self.cost_us_per_row
 
 
+def no_copy(threads: Sequence[int], j: int) -> bool:
+    """Segment ``j`` of a chain run with ``threads`` is consumer threads handing on to consumer
+    threads or to the consumer: no copy, no hand-off cost."""
+    return threads[j] == 0 and (j + 1 == len(threads) or threads[j + 1] == 0)
+
+
+def copying_segments(threads: Sequence[int]) -> int:
+    """Segments of a chain run with ``threads`` that pay a hand-off."""
+    return sum(not no_copy(threads, j) for j in range(len(threads)))
+
+
 AllocLike = Allocation | Sequence[int]
 """An Allocation, or plain per-stage worker counts (every stage its own segment)."""
 
@@ -182,8 +193,7 @@ class PipelineSpec:
 
     @staticmethod
     def _no_copy(threads: Sequence[int], j: int) -> bool:
-        """Segment ``j`` is consumer threads handing on to consumer threads or the consumer."""
-        return threads[j] == 0 and (j + 1 == len(threads) or threads[j + 1] == 0)
+        return no_copy(threads, j)
 
     def segment_costs_us(
         self, segs: Segments, threads: Sequence[int] | None = None
