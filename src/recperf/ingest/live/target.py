@@ -17,6 +17,8 @@ from recperf.core.config import check_range, load_toml
 from recperf.core.errors import ConfigError
 from recperf.core.results import atomic_path
 from recperf.ingest.base import (
+    MAX_INFLIGHT,
+    MAX_THREADS,
     Allocation,
     AllocationRefused,
     Measurement,
@@ -27,6 +29,7 @@ from recperf.ingest.base import (
 from recperf.ingest.live.batch import Snapshot, rate
 from recperf.ingest.live.dispatch import MIB
 from recperf.ingest.live.executor import Pipeline
+from recperf.ingest.live.gil import gil_fractions
 from recperf.ingest.live.items import item_bytes
 from recperf.ingest.sim.model import (
     DEFAULT_GIL_FRAC,
@@ -50,6 +53,11 @@ def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measureme
             for x, y in zip(a.stages, b.stages, strict=True)]  # fmt: skip
     handoff = (b.handoff_cpu_s - a.handoff_cpu_s) / out_rows * 1e6 if out_rows else math.nan
     consumer = (b.consumer_cpu_s - a.consumer_cpu_s) / out_rows * 1e6 if out_rows else math.nan
+    wall = [y.wall_s - x.wall_s for x, y in zip(a.stages, b.stages, strict=True)]
+    busy_s = [y.busy_s - x.busy_s for x, y in zip(a.stages, b.stages, strict=True)]
+    n = len(a.stages)
+    gil = gil_fractions(alloc.segments(n), alloc.workers, alloc.segment_threads(), cpu, wall,
+                        busy_s, dt)  # fmt: skip
     return Measurement(
         allocation=alloc,
         throughput_rows_per_s=out_rows / dt if dt > 0 else 0.0,
@@ -62,6 +70,8 @@ def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measureme
         window_s=dt,
         handoff_us_per_row=handoff,
         consumer_us_per_row=consumer,
+        stage_wall_s=tuple(wall),
+        gil_frac=gil,
     )
 
 
@@ -156,10 +166,15 @@ class LiveTarget:
 
     @property
     def thread_options(self) -> tuple[int, ...]:
-        return (1,)
+        """Threads of the consumer's process, and processes of 1, 2 or 4 threads."""
+        return tuple(t for t in (0, 1, 2, 4) if t <= MAX_THREADS)
 
     @property
     def inflight_options(self) -> tuple[int, ...]:
+        """Storage requests in flight per reading worker worth trying: only when storage has
+        latency (local files: the configured default)."""
+        if self.pipeline.config.read_latency_ms > 0:
+            return tuple(k for k in (4, 16, 64) if k <= MAX_INFLIGHT)
         return (0,)
 
     @property
