@@ -195,7 +195,7 @@ class Pipeline:
             while True:
                 t_cpu = time.thread_time()
                 with self._lock:
-                    if self._closed or self._error is not None:
+                    if self._stopping():
                         return
                     if self._dirty:
                         self.pool.apply(d.target)
@@ -210,7 +210,7 @@ class Pipeline:
                     if self._wake_r in ready:
                         with contextlib.suppress(BlockingIOError, OSError):
                             os.read(self._wake_r, 4096)
-                    if self._closed:
+                    if self._stopping():
                         return
                     self.pool.handle([r for r in ready if r is not self._wake_r])
                     self._lock.notify_all()
@@ -219,6 +219,9 @@ class Pipeline:
             with self._lock:
                 self._error = self._error or exc
                 self._lock.notify_all()
+
+    def _stopping(self) -> bool:
+        return self._closed or self._error is not None
 
     def _tick(self) -> None:
         now = time.monotonic()
