@@ -132,6 +132,9 @@ class PipelineSpec:
     thread_options: tuple[int, ...] = (1,)
     """Threads per worker the pipeline can run (see ``Allocation.threads``; 0: threads of the
     consumer's process); (1,): single-threaded worker processes only."""
+    memory_mib_per_thread: float | None = None
+    """Working set one worker thread adds, MiB (0..1e9; None: ``THREAD_BATCHES`` x
+    ``memory_mib_per_batch``)."""
 
     def __post_init__(self) -> None:
         check_range("cores", self.cores, 1, 1024)
@@ -148,6 +151,8 @@ class PipelineSpec:
             )
         for t in self.thread_options:
             check_threads(t, "thread_options")
+        if self.memory_mib_per_thread is not None:
+            check_range("memory_mib_per_thread", self.memory_mib_per_thread, 0.0, MAX_MEMORY_MIB)
         if not self.stages:
             raise ConfigError("stage: the pipeline needs at least one [[stage]]")
         seen: set[str] = set()
@@ -250,7 +255,9 @@ class PipelineSpec:
         return out
 
     def thread_mib(self) -> float:
-        """Working set of one worker thread, MiB (``THREAD_BATCHES`` batches)."""
+        """Working set of one worker thread, MiB (see ``memory_mib_per_thread``)."""
+        if self.memory_mib_per_thread is not None:
+            return self.memory_mib_per_thread
         return THREAD_BATCHES * self.memory_mib_per_batch
 
     def segment_caps(self, segs: Segments) -> tuple[int | None, ...]:

@@ -1,7 +1,10 @@
 """The ``autotune`` tuner, after tf.data AUTOTUNE: a static fusion of the chain (a graph rewrite,
 decided before anything is measured), an analytic model from measured per-row costs, greedy hill
 climbing of each segment's parallelism up to the CPU budget, and tf.data's RAM rule, which
-charges only buffer memory against the budget (not per-worker memory)."""
+charges only buffer memory against the budget (not per-worker memory). On a target that runs
+threads, a measured hill climb over each segment's threads after the first proposal (the shape
+then holds: later proposals place the same units of parallelism in workers of those threads);
+on a target with in-flight options, a probe of them after it."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from recperf.core.config import check_range
 from recperf.ingest.base import Allocation, Target, segment_caps
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import measured_costs, measured_handoff
+from recperf.ingest.tuners.shape import climb_threads, pick_inflight
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -62,6 +66,14 @@ def hill_climb(costs: list[float], caps: tuple[int | None, ...], cpu_budget: int
     return order
 
 
+def placed(units: list[int], threads: tuple[int, ...] | None) -> tuple[int, ...]:
+    """Workers that run ``units`` of parallelism per segment in workers of ``threads`` each
+    (a consumer thread is one unit; None: one unit per worker)."""
+    if threads is None:
+        return tuple(units)
+    return tuple(max(1, -(-u // max(1, t))) for u, t in zip(units, threads, strict=True))
+
+
 @TUNERS.register("autotune")
 class Autotune:
     """Static fusion, then model-based hill climbing within the cores; blind to per-worker
@@ -81,6 +93,7 @@ class Autotune:
         caps: tuple[int | None, ...],
         costs: list[float],
         ram_bytes: float,
+        shape: Allocation | None = None,
     ) -> Allocation | None:
         """Hill-climb, then apply it; on a refusal drop the last added unit and try again."""
         target = log.target
@@ -93,7 +106,9 @@ class Autotune:
         for i in order:
             w[i] += 1
         while True:
-            alloc = Allocation(workers=tuple(w), cuts=cuts)
+            threads = None if shape is None else shape.threads
+            alloc = Allocation(workers=placed(w, threads), cuts=cuts, threads=threads,
+                               inflight=0 if shape is None else shape.inflight)  # fmt: skip
             if log.measure(alloc) is not None:
                 return alloc
             if not log.can_measure() or not order:
@@ -112,12 +127,15 @@ class Autotune:
         # tf.data's view of memory: the buffers seen at parallelism 1, assumed fixed.
         ram = first.memory_bytes
         current: Allocation | None = first.allocation
+        shape: Allocation | None = None  # the thread shape and in-flight requests, once climbed
         while log.can_measure() and current is not None:
             recent = log.measurements[-self.config.reoptimize_every :]
             stage = measured_costs(recent)
             handoff = measured_handoff(recent)
             costs = [sum(stage[a:b]) + handoff for a, b in segs]
-            current = self._propose(log, cuts, caps, costs, ram) or current
+            current = self._propose(log, cuts, caps, costs, ram, shape) or current
+            if shape is None and current != first.allocation:
+                current = shape = pick_inflight(log, climb_threads(log, current))
             since = 1
             while since < self.config.reoptimize_every and log.measure(current) is not None:
                 since += 1

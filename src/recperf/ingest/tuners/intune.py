@@ -4,11 +4,16 @@ workers (a ``SegmentTarget`` view, each segment one stage) whose actions move wo
 segments, add / remove them, or re-fit them all to the measured per-row costs (coarse
 model-guided moves; the Q-network decides when), pre-trained on the simulator and fine-tuned
 online on the target it tunes; it keeps the best allocation it measured, ranked by measured
-means shrunk toward the cost model so that noise does not pick the winner."""
+means shrunk toward the cost model so that noise does not pick the winner. The agent's action
+space (fixed by its trained weights) moves worker processes; on a target that runs threads, a
+last stage measures the thread shapes of its choice that the measured GIL model ranks best
+(``shape_windows`` kept for it) and keeps whichever measures best, then probes the in-flight
+options where the target has them."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -25,8 +30,9 @@ from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import env as ienv
 from recperf.ingest.tuners import dqn
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
-from recperf.ingest.tuners.model import measured_costs, measured_spec, pattern_optima
+from recperf.ingest.tuners.model import measured_costs, measured_spec, pattern_optima, threaded
 from recperf.ingest.tuners.segment import SegmentTarget, lift
+from recperf.ingest.tuners.shape import pick_inflight, probe_gil, shape_optima
 
 BUNDLED_WEIGHTS = "data/ingest/intune-dqn.npz"
 _CACHE: dict[str, dqn.QNet] = {}
@@ -62,6 +68,12 @@ class IntuneConfig:
     patterns: int = 2
     """Cut patterns whose modelled optima are measured before the best measured one is tuned
     (the modelled best first), 1..32."""
+    shape_windows: int = 8
+    """Windows kept for the last stage on a target that runs threads or has in-flight options
+    (a GIL probe, the model's best thread shapes at the chosen cuts, the choice again, the
+    in-flight options), 0..100."""
+    shapes: int = 3
+    """Thread shapes the last stage measures (the measured model's best first), 1..64."""
 
     def __post_init__(self) -> None:
         check_window("window_s", self.window_s)
@@ -74,6 +86,8 @@ class IntuneConfig:
         check_range("confirm", self.confirm, 0, 100)
         check_range("prior_windows", self.prior_windows, 0.0, 1000.0)
         check_range("patterns", self.patterns, 1, 32)
+        check_range("shape_windows", self.shape_windows, 0, 100)
+        check_range("shapes", self.shapes, 1, 64)
 
 
 def load_net(config: IntuneConfig, seed: int) -> dqn.QNet:
@@ -179,7 +193,9 @@ class Intune:
         if log.measure(even_split(target)) is None:
             return log.result(self.name)
         view = SegmentTarget(target, self._choose_cuts(log))
-        left = budget_s - log.spent_s()
+        shaping = threaded(target) or tuple(target.inflight_options) != (0,)
+        keep = cfg.shape_windows * log.window_s if shaping else 0.0
+        left = budget_s - log.spent_s() - keep
         if left < log.window_s * (1 - 1e-9):
             return log.result(self.name)
         vlog = TuneLog(view, left, cfg.window_s)
@@ -187,7 +203,46 @@ class Intune:
             if m.allocation.cut_points(len(target.stage_names)) == view.points:
                 vlog.adopt(view.fold(m))
         start = max(vlog.measurements, key=lambda m: vlog.mean_throughput(m.allocation))
-        return lift(self.name, view, log, vlog, self._search(vlog, start, rng, seed))
+        result = lift(self.name, view, log, vlog, self._search(vlog, start, rng, seed))
+        return self._shape(log, result) if keep else result
+
+    def _shape(self, log: TuneLog, result: TuneResult) -> TuneResult:
+        """The last stage on ``log``'s target after the agent chose ``result``: measure the
+        choice again, a GIL probe if no window measured one yet, the measured model's best
+        ``shapes`` thread shapes at the choice's cuts, then the in-flight options of the best;
+        confirm the top two with what is left; keep the best measured mean of this stage (all
+        measured in the same stretch)."""
+        target = log.target
+        slog = TuneLog(target, log.budget_s - log.spent_s(), self.config.window_s)
+        if not slog.can_measure():
+            return result
+        slog.measure(result.allocation)
+        probe_gil(slog)
+        model = measured_spec(target, [*log.measurements, *slog.measurements], name="intune")
+        limit = ienv.max_total(target.cores, len(target.stage_names))
+        for _, alloc in shape_optima(model, result.allocation.cuts, limit)[: self.config.shapes]:
+            if slog.fits_memory(alloc):
+                slog.measure(alloc)
+        if not slog.history:
+            return result
+        best = pick_inflight(slog, slog.best())
+        while slog.can_measure():  # the rest confirms the top two, as the agent's last windows
+            seen = dict.fromkeys(st.allocation for st in slog.history)
+            top = sorted(seen, key=slog.mean_throughput)[-2:]
+            if slog.measure(min(top, key=slog.count)) is None:
+                break
+            best = slog.best()
+        chosen = best
+        steps = (*result.history, *slog.history)
+        last = [s for s in steps if s.allocation == chosen]
+        return dataclasses.replace(
+            result,
+            allocation=chosen,
+            throughput_rows_per_s=last[-1].throughput_rows_per_s,
+            history=steps,
+            refused=result.refused + slog.refused,
+            tuning_s=log.spent_s(),
+        )
 
     def _search(
         self, log: TuneLog, start: Measurement, rng: np.random.Generator, seed: int

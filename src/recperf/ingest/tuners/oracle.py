@@ -1,6 +1,7 @@
-"""The ``oracle`` tuner, for evaluation: the best integer allocation over every cut pattern (the
-exact solver on the simulator; on any other target, candidate allocations measured best
-modelled first, from a cost model of a first measurement)."""
+"""The ``oracle`` tuner, for evaluation: the best integer allocation over every cut pattern and
+thread shape (the exact solver on the simulator; on any other target, candidate allocations
+measured best modelled first, from a cost model of a first measurement and, on a target that
+runs threads, of a probe that measures the stages' GIL fractions)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from recperf.ingest.base import Allocation, Target, cut_patterns, even_split
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import measured_spec
+from recperf.ingest.tuners.shape import pick_inflight, probe_gil, shape_optima
 
 Key = tuple[float, int, int, int]
 """Rank of a candidate, higher is better: (modelled rows/s, -workers, -segments, -pattern)."""
@@ -121,13 +123,14 @@ class Oracle:
         if isinstance(spec, sim.PipelineSpec):
             best = sim.oracle(spec, worker_limit=self.config.worker_limit)
             log.measure(best)
-            return log.result(self.name, best)
+            return log.result(self.name, pick_inflight(log, best))
         first = log.measure(even_split(target))
         if first is None:
             return log.result(self.name)
-        model = measured_spec(target, [first], name="oracle")
+        probe_gil(log)  # measures nothing on a target without threads
+        model = measured_spec(target, log.measurements, name="oracle")
         windows = int((budget_s - log.spent_s()) / log.window_s + 1e-9)
-        allocs = ranked_candidates(model, windows, self.config.max_total)
+        allocs = self._candidates(model, windows)
         if not allocs:
             raise ConfigError("oracle: no allocation fits the caps, max_total and memory")
         for alloc in allocs:
@@ -135,4 +138,20 @@ class Oracle:
                 break
             if log.fits_memory(alloc):
                 log.measure(alloc)
-        return log.result(self.name)
+        return log.result(self.name, pick_inflight(log, log.best()))
+
+    def _candidates(self, model: sim.PipelineSpec, limit: int) -> list[Allocation]:
+        """The ``limit`` best allocations of the model: worker processes over every cut
+        pattern (``ranked_candidates``) and, where the model runs threads, every pattern's
+        best allocation of each thread shape, merged best modelled first."""
+        allocs = ranked_candidates(model, limit, self.config.max_total)
+        if not model.thread_options or tuple(model.thread_options) == (1,):
+            return allocs
+        ranked = [(model.throughput(a), i, a) for i, a in enumerate(allocs)]
+        n = len(allocs)
+        for cuts in cut_patterns(model.n_stages):
+            for thr, alloc in shape_optima(model, cuts, self.config.max_total):
+                n += 1
+                ranked.append((thr, n, alloc.normalized(model.n_stages)))
+        ranked.sort(key=lambda r: (-r[0], r[1]))
+        return [a for _, _, a in ranked[: max(1, limit)]]

@@ -1,6 +1,8 @@
 """The ``plumber`` tuner (after Kuchnik et al., MLSys 2022): measure each stage's CPU cost per
-row and the hand-off's, solve the resource model exactly for the cuts and the integer workers
-(the LP over every cut pattern, rounded the exact way), measure, refine once."""
+row and the hand-off's (on a target that runs threads, also each stage's GIL fraction, from one
+probe of several threads), solve the resource model exactly for the cuts, the thread shapes and
+the integer workers (the LP over every cut pattern and shape, rounded the exact way), measure,
+refine once; on a target with in-flight options, probe them last."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import measured_spec
+from recperf.ingest.tuners.shape import pick_inflight, probe_gil
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -43,9 +46,9 @@ class Plumber:
 
     def _solve(self, target: Target, ms: Sequence[Measurement]) -> Allocation:
         spec = measured_spec(target, ms, name="plumber")
-        # The LP's optimum (sim.lp_bound, over every cut pattern) rounded the exact way: the
-        # least integer workers that reach each candidate rate, best feasible one kept
-        # (sim.oracle on the measured model).
+        # The LP's optimum (sim.lp_bound, over every cut pattern and thread shape) rounded the
+        # exact way: the least integer workers that reach each candidate rate, best feasible
+        # one kept (sim.oracle on the measured model, with its GIL fractions).
         limit = max(1, round(self.config.oversubscribe * target.cores))
         return sim.oracle(spec, worker_limit=limit).normalized(len(target.stage_names))
 
@@ -54,10 +57,11 @@ class Plumber:
         first = log.measure(even_split(target))
         if first is None:
             return log.result(self.name)
-        alloc = self._solve(target, [first])
+        probe_gil(log)  # measures nothing on a target without threads
+        alloc = self._solve(target, log.measurements)
         m = log.measure(alloc)
         if m is not None and self.config.refine:
-            refined = self._solve(target, [first, m])
+            refined = self._solve(target, log.measurements)
             if refined != alloc:
                 log.measure(refined)
-        return log.result(self.name)
+        return log.result(self.name, pick_inflight(log, log.best()))
