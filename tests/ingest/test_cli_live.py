@@ -39,6 +39,12 @@ def test_tune_then_run_with_the_tuned_allocation(data: Path, tmp_path: Path) -> 
     )
     assert summary["throughput_rows_per_s"] > 0
     assert 0 < summary["fraction_of_bound"] <= 1.5
+    lo, hi = summary["throughput_ci_rows_per_s"]
+    assert lo <= summary["throughput_rows_per_s"] <= hi and summary["samples"] >= 3
+    assert summary["other_load_cores"] >= 0 and summary["tuning_other_load_cores"] >= 0
+    steps = summary["history"]
+    assert steps and all(h["samples"] >= 3 and len(h["throughput_ci_rows_per_s"]) == 2
+                         for h in steps)  # fmt: skip
     code, stdout, stderr = invoke("ingest", "run", "--data", str(data), "--alloc",
                                   str(out / "allocation.toml"), "--batch-size", "1000",
                                   "--seconds", "0.5", "--json")  # fmt: skip
@@ -46,7 +52,11 @@ def test_tune_then_run_with_the_tuned_allocation(data: Path, tmp_path: Path) -> 
     ran = json.loads(stdout)
     assert ran["allocation"] == summary["allocation"]
     assert ran["throughput_rows_per_s"] > 0 and ran["batch_size"] == 1000
-    assert "rows/s" in stderr
+    assert "rows/s" in stderr and "other load" in stderr
+    q1, q2, q3 = ran["subwindow_quartiles_rows_per_s"]
+    assert q1 <= q2 <= q3 and ran["samples"] == 3
+    lo, hi = ran["throughput_ci_rows_per_s"]
+    assert lo <= ran["throughput_rows_per_s"] <= hi
 
 
 def test_run_with_downsampling_has_six_stages(data: Path) -> None:
@@ -64,12 +74,37 @@ def test_run_with_downsampling_has_six_stages(data: Path) -> None:
         (["--batch-size", "0"], "batch_size"),
         (["--downsample-rate", "1.5"], "downsample_rate"),
         (["--memory-budget-gib", "0.01"], "over memory_budget_gib"),
+        (["--threads", "65"], "--threads = 65: expected 0..64 threads per worker"),
+        (["--threads", "-1"], "--threads = -1: expected 0..64"),
+        (["--inflight", "0"], "--inflight = 0: expected 1..256 storage requests"),
+        (["--inflight", "257"], "--inflight = 257: expected 1..256"),
+        (["--alloc", "auto", "--threads", "2"], "--threads: --alloc auto chooses the shape"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(data: Path, args: list[str], message: str) -> None:
     code, _, stderr = invoke("ingest", "run", "--data", str(data), "--seconds", "1", *args)
     assert code == 2
     assert message in stderr and "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()) == 1
+
+
+def test_bad_threads_in_an_allocation_file_is_one_line(data: Path, tmp_path: Path) -> None:
+    path = tmp_path / "alloc.toml"
+    path.write_text('inflight = 4\n[[segment]]\nstages = ["read", "dense", "sparse", '
+                    '"shuffle", "collate"]\nworkers = 1\nthreads = 99\n')  # fmt: skip
+    code, _, stderr = invoke("ingest", "run", "--data", str(data), "--alloc", str(path))
+    assert code == 2 and len(stderr.strip().splitlines()) == 1
+    assert "segment[0].threads = 99: expected 0..64" in stderr
+
+
+def test_run_reshapes_the_allocation_with_threads_and_inflight(data: Path, tmp_path: Path) -> None:
+    code, stdout, stderr = invoke("ingest", "run", "--data", str(data), "--alloc", "even",
+                                  "--threads", "2", "--inflight", "8", "--batch-size", "1000",
+                                  "--seconds", "0.5", "--json")  # fmt: skip
+    assert code == 0, stderr
+    alloc = json.loads(stdout)["allocation"]
+    assert alloc["threads"] == [2] * 5 and alloc["inflight"] == 8
+    assert alloc["label"].endswith("collate x1*2t [inflight 8]")
 
 
 def test_unknown_tuner_is_refused(data: Path, tmp_path: Path) -> None:
@@ -89,3 +124,15 @@ def test_run_alloc_auto_tunes_then_runs(data: Path, tmp_path: Path) -> None:
     assert ran["tuning_s"] > 0 and ran["throughput_rows_per_s"] > 0
     assert sum(len(g["stages"]) for g in ran["allocation"]["segments"]) == 5
     assert ran["handoff_us_per_row"] > 0 and ran["consumer_us_per_row"] > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--rel-tol", "-0.1"], "rel_tol = -0.1"), (["--max-extend", "0.5"], "max_extend = 0.5")],
+)
+def test_tune_bad_window_options_are_one_line(
+    data: Path, tmp_path: Path, args: list[str], message: str
+) -> None:
+    code, _, stderr = invoke("ingest", "tune", "--data", str(data), "--out", str(tmp_path), *args)
+    assert code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "summary.json").exists()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -16,6 +18,7 @@ from recperf.cli.options import Flag, Settings, command
 from recperf.core.config import from_mapping
 from recperf.core.errors import ConfigError
 from recperf.core.progress import progress_from_first_update
+from recperf.ingest.base import MAX_INFLIGHT, MAX_THREADS
 from recperf.ingest.data.limits import FORMATS, MAX_ROWS
 
 app = typer.Typer(
@@ -195,19 +198,31 @@ def run_cmd(
         10.0, help="Seconds to measure (after a 1 s warm-up; > 0, at most a day)."
     ),
     cores: int | None = _CORES,
+    threads: int | None = typer.Option(
+        None,
+        help=f"Threads per worker in every segment of the fused, even or file allocation "
+        f"(0..{MAX_THREADS}; 0: the workers are threads of this process, no worker processes; "
+        "default: the allocation's own, else 1).",
+    ),
+    inflight: int | None = typer.Option(
+        None,
+        help=f"Storage requests each reading worker keeps in flight (1..{MAX_INFLIGHT}; "
+        "default: the allocation file's, else the pipeline's read_concurrency).",
+    ),
 ) -> None:
-    """Run the live pipeline and report throughput, per-stage metrics, hand-off and consumer
-    CPU."""
+    """Run the live pipeline and report throughput (with its 90% interval over 0.5-s
+    sub-windows and the machine's other load), per-stage metrics, hand-off and consumer CPU."""
     from recperf.ingest import api
     from recperf.ingest.live.batch import PipelineConfig
 
     cfg = from_mapping(PipelineConfig, settings.resolve(["pipeline"])["pipeline"], "pipeline")
     with progress_from_first_update(f"running the pipeline for {seconds:g} s") as bar:
-        out = api.run(data, alloc, cfg, seconds, cores=cores, progress=bar)
+        out = api.run(data, alloc, cfg, seconds, cores=cores, threads=threads,
+                      inflight=inflight, progress=bar)  # fmt: skip
     settings.emit(out)
     table = Table(
         title=Text(
-            f"{out['throughput_rows_per_s']:,.0f} rows/s over {out['seconds']:.1f} s; "
+            f"{out['throughput_rows_per_s']:,.0f} rows/s{_ci(out)} over {out['seconds']:.1f} s; "
             f"{out['allocation']['label']}"
         )
     )
@@ -222,13 +237,34 @@ def run_cmd(
         f"peak memory {out['peak_memory_bytes'] / 2**20:,.0f} MiB of "
         f"{out['memory_budget_bytes'] / 2**20:,.0f} MiB; {out['restarts']} worker restarts; "
         f"hand-off {_us(out['handoff_us_per_row'])} and consumer {_us(out['consumer_us_per_row'])}"
-        " CPU µs/row",
+        f" CPU µs/row; sub-window quartiles {_quartiles(out['subwindow_quartiles_rows_per_s'])} "
+        f"rows/s; other load {_load(out['other_load_cores'])}",
         highlight=False,
     )
 
 
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 def _us(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
+
+
+def _ci(summary: Mapping[str, Any]) -> str:
+    """`` ± h (90%, n windows)`` from a summary's interval, or nothing without one."""
+    ci = summary.get("throughput_ci_rows_per_s")
+    if not ci:
+        return ""
+    return f" ± {(ci[1] - ci[0]) / 2:,.0f} (90%, {summary['samples']} windows)"
+
+
+def _quartiles(q: list[float] | None) -> str:
+    return "-" if not q else " / ".join(f"{x:,.0f}" for x in q)
+
+
+def _load(cores: float | None) -> str:
+    return "not measured" if cores is None else f"{cores:.2f} cores"
 
 
 @command(
@@ -244,6 +280,14 @@ def tune_cmd(
     cores: int | None = _CORES,
     warmup_s: float = typer.Option(2.0, help="Seconds of running before tuning starts (>= 0)."),
     final_s: float = typer.Option(4.0, help="Seconds measuring the chosen allocation (> 0)."),
+    rel_tol: float = typer.Option(
+        0.05,
+        help="A window grows until its throughput's 90% interval is within this share of it "
+        "(>= 0; 0: always grow to --max-extend).",
+    ),
+    max_extend: float = typer.Option(
+        3.0, help="The most a window grows, times its tuner's window (1..100; 1: never)."
+    ),
 ) -> None:
     """Tune the live pipeline's cuts and workers; write the allocation `run --alloc` reads."""
     from recperf.ingest import api
@@ -257,20 +301,23 @@ def tune_cmd(
 
     def show(m: Measurement) -> None:
         err_console.print(
-            f"  {m.allocation.label(cfg.stage_names())}: {m.throughput_rows_per_s:,.0f} rows/s",
+            f"  {m.allocation.label(cfg.stage_names())}: {m.throughput_rows_per_s:,.0f} rows/s"
+            f"{_ci(api.confidence_json(m))}; other load {_load(_finite(m.other_load_cores))}",
             highlight=False,
         )
 
     summary = api.tune(
         data, tuner, budget_s, cfg, out, seed=cfg.seed, cores=cores, warmup_s=warmup_s,
-        final_s=final_s, options=opts[tuner], on_measure=show,
+        final_s=final_s, options=opts[tuner], on_measure=show, rel_tol=rel_tol,
+        max_extend=max_extend,
     )  # fmt: skip
     settings.emit(summary, name=None)  # api.tune wrote summary.json
     err_console.print(
         f"{tuner}: {summary['allocation']['label']} -> "
-        f"{summary['throughput_rows_per_s']:,.0f} rows/s = "
+        f"{summary['throughput_rows_per_s']:,.0f} rows/s{_ci(summary)} = "
         f"{summary['fraction_of_bound']:.2f} of the bound {summary['bound_rows_per_s']:,.0f} "
-        f"(from measured stage costs) after {summary['tuning_s']:.0f} s; wrote "
-        f"{out / 'allocation.toml'}",
+        f"(from measured stage costs) after {summary['tuning_s']:.0f} s; other load "
+        f"{_load(summary['other_load_cores'])} (while tuning "
+        f"{_load(summary['tuning_other_load_cores'])}); wrote {out / 'allocation.toml'}",
         highlight=False,
     )

@@ -5,25 +5,35 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from recperf.core import hostload
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.files import check_name
 from recperf.core.results import write_json
-from recperf.ingest.base import Allocation, Measurement, check_cores
-from recperf.ingest.live.batch import PipelineConfig
+from recperf.ingest.base import (
+    Allocation,
+    Measurement,
+    check_cores,
+    check_inflight,
+    check_threads,
+)
+from recperf.ingest.live.batch import PipelineConfig, Snapshot
 from recperf.ingest.live.executor import Pipeline
 from recperf.ingest.live.target import (
     LiveTarget,
     calibrate,
+    check_window_options,
     read_allocation,
+    repeated_measurement,
     spec_toml,
-    window_measurement,
+    subwindow_rates,
     write_allocation,
 )
 from recperf.ingest.sim.model import lp_bound, segments_of
@@ -33,6 +43,34 @@ from recperf.ingest.tuning import allocation_summary
 Progress = Callable[[float], None]
 MAX_SECONDS = 86_400.0
 """The longest live run, tuning budget, warm-up or final measurement taken (a day)."""
+SUBWINDOW_S = 0.5
+"""``run`` states its throughput over sub-windows of about this length (at least 3)."""
+
+
+def allocation_json(alloc: Allocation, names: Sequence[str]) -> dict[str, Any]:
+    """``allocation_summary`` with each segment's threads and the in-flight requests."""
+    return {
+        **allocation_summary(alloc, names),
+        "threads": list(alloc.segment_threads()),
+        "inflight": alloc.inflight,
+    }
+
+
+def confidence_json(m: Measurement) -> dict[str, Any]:
+    """How sure a live measurement is: its 90% interval (None if it stated none), the
+    sub-windows it was estimated from and the other load on the machine (None: unknown)."""
+    ci = m.throughput_ci
+    return {
+        "throughput_ci_rows_per_s": list(ci) if all(map(math.isfinite, ci)) else None,
+        "samples": m.samples,
+        "other_load_cores": _finite(m.other_load_cores),
+    }
+
+
+def shaped(alloc: Allocation, threads: int | None, inflight: int | None) -> Allocation:
+    """``alloc`` with ``threads`` in every segment and ``inflight`` requests, where given."""
+    t = None if threads is None else (threads,) * len(alloc.workers)
+    return alloc.with_shape(threads=t, inflight=inflight)
 
 
 def stage_table(names: tuple[str, ...], m: Measurement) -> list[dict[str, Any]]:
@@ -86,43 +124,59 @@ def run(
     *,
     warmup_s: float = 1.0,
     cores: int | None = None,
+    threads: int | None = None,
+    inflight: int | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Consume the pipeline for ``warmup_s`` then ``seconds``; throughput and per-stage metrics
-    over the timed part (the pipeline repeats epochs so the window is never cut short)."""
+    over the timed part (the pipeline repeats epochs so the window is never cut short), the
+    throughput's 90% interval and quartiles over sub-windows, and the machine's other load.
+    ``threads`` (every segment's) and ``inflight`` reshape the fused, even or file allocation."""
     check_range("seconds", seconds, 0.0, MAX_SECONDS, lo_open=True)
     check_range("warmup_s", warmup_s, 0.0, MAX_SECONDS)
     check_cores(cores)
+    if threads is not None:
+        check_threads(threads, "--threads")
+    if inflight is not None:
+        check_inflight(inflight, "--inflight")
     cfg = _repeating(config)
     allocation = resolve_allocation(alloc, cfg.stage_names())
     tuned_s = 0.0
     if allocation == "auto":
+        if threads is not None or inflight is not None:
+            flag = "--threads" if threads is not None else "--inflight"
+            raise ConfigError(f"{flag}: --alloc auto chooses the shape itself; give fused, "
+                              "even or an allocation file with it")  # fmt: skip
         t0 = time.monotonic()
         allocation = auto_allocation(data, config, cores=cores)
         tuned_s = time.monotonic() - t0
     with Pipeline(data, cfg, allocation=allocation, cores=cores) as p:
+        if threads is not None or inflight is not None:
+            p.resize(shaped(p.allocation, threads, inflight))  # before start: nothing runs yet
         it = iter(p)
         t_end = time.monotonic() + warmup_s
         while time.monotonic() < t_end:
             next(it)
-        a = p.snapshot()
-        t0 = time.monotonic()
-        while (now := time.monotonic()) - t0 < seconds:
-            next(it)
-            if progress is not None:
-                progress(min(1.0, (now - t0) / seconds))
-        b = p.snapshot()
+        load_a = hostload.sample()
+        snaps = _timed(p, it, seconds, progress)
+        a, b = snaps[0], snaps[-1]
         if b.rows_out == a.rows_out:
             raise RecperfError(f"{data}: the pipeline delivered no rows in {seconds:g} s")
-        m = window_measurement(a, b, p.allocation)
+        load = hostload.other_load_cores(load_a, hostload.sample())
+        m = repeated_measurement(snaps, p.allocation, load)
+        rates = subwindow_rates(snaps, p.allocation)
         return {
             "data": str(data),
             "stages": list(p.stage_names),
-            "allocation": allocation_summary(p.allocation, p.stage_names),
+            "allocation": allocation_json(p.allocation, p.stage_names),
             "tuning_s": tuned_s,
             "cores": p.cores,
             "batch_size": cfg.batch_size,
             "throughput_rows_per_s": m.throughput_rows_per_s,
+            **confidence_json(m),
+            "subwindow_quartiles_rows_per_s": (
+                statistics.quantiles(rates, n=4) if len(rates) > 1 else None
+            ),
             "batches_per_s": (b.batches_out - a.batches_out) / m.window_s,
             "rows": b.rows_out - a.rows_out,
             "seconds": m.window_s,
@@ -135,8 +189,32 @@ def run(
         }
 
 
+def _timed(
+    p: Pipeline, it: Iterator[Any], seconds: float, progress: Progress | None
+) -> list[Snapshot]:
+    """Consume ``it`` for ``seconds`` with a snapshot at the start and after each of the
+    sub-windows (about SUBWINDOW_S each, at least 3)."""
+    n = max(3, round(seconds / SUBWINDOW_S))
+    snaps = [p.snapshot()]
+    t0 = time.monotonic()
+    for k in range(1, n + 1):
+        while (now := time.monotonic()) - t0 < seconds * k / n:
+            next(it)
+            if progress is not None:
+                progress(min(1.0, (now - t0) / seconds))
+        snaps.append(p.snapshot())
+    return snaps
+
+
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
+
+
+def _mean_load(ms: Sequence[Measurement]) -> float | None:
+    """Mean other load over measurements, weighted by their windows; None if none had one."""
+    known = [m for m in ms if math.isfinite(m.other_load_cores) and m.window_s > 0]
+    total = sum(m.window_s for m in known)
+    return sum(m.other_load_cores * m.window_s for m in known) / total if known else None
 
 
 def _repeating(config: PipelineConfig) -> PipelineConfig:
@@ -157,20 +235,25 @@ def tune(
     cores: int | None = None,
     options: Mapping[str, Any] | None = None,
     on_measure: Callable[[Measurement], None] | None = None,
+    rel_tol: float = 0.05,
+    max_extend: float = 3.0,
 ) -> dict[str, Any]:
     """Tune the live pipeline's allocation with ``tuner`` (its Config built from ``options``)
     within ``budget_s``, measure the choice for ``final_s``, and write ``allocation.toml``,
     ``calibrated.toml`` (a simulator spec from the measured stage costs) and ``summary.json``
-    under ``out``."""
+    under ``out``. Each window grows (up to ``max_extend`` times) until its throughput's 90%
+    interval is within ``rel_tol`` (see LiveTarget)."""
     check_range("budget_s", budget_s, 0.0, MAX_SECONDS, lo_open=True)
     check_range("warmup_s", warmup_s, 0.0, MAX_SECONDS)
     check_range("final_s", final_s, 0.0, MAX_SECONDS, lo_open=True)
     check_range("settle_s", settle_s, 0.0, MAX_SECONDS)
+    check_window_options(rel_tol=rel_tol, max_extend=max_extend)
     check_cores(cores)
     impl = TUNERS.build(tuner, options)
     cfg = _repeating(config)
     with Pipeline(data, cfg, cores=cores) as p:
-        target = LiveTarget(p, settle_s=settle_s, warmup_s=warmup_s)
+        target = LiveTarget(p, settle_s=settle_s, warmup_s=warmup_s, rel_tol=rel_tol,
+                            max_extend=max_extend)  # fmt: skip
         target.on_measure = on_measure
         result = check_tuner(impl, target, budget_s, seed)
         tuning_s = target.elapsed_s()
@@ -190,8 +273,12 @@ def tune(
             "seed": seed,
             "cores": p.cores,
             "stages": list(names),
-            "allocation": allocation_summary(result.allocation, names),
+            "allocation": allocation_json(result.allocation, names),
             "throughput_rows_per_s": final.throughput_rows_per_s,
+            **confidence_json(final),
+            "tuning_other_load_cores": _mean_load(target.measurements[:-1]),
+            "rel_tol": rel_tol,
+            "max_extend": max_extend,
             "bound_rows_per_s": bound.throughput_rows_per_s,
             "bound_binding": bound.binding,
             "bound_workers": {
@@ -218,6 +305,10 @@ def tune(
                     "elapsed_s": s.elapsed_s,
                     "allocation": s.allocation.label(names),
                     "throughput_rows_per_s": s.throughput_rows_per_s,
+                    "throughput_ci_rows_per_s": None
+                    if s.throughput_ci is None
+                    else list(s.throughput_ci),
+                    "samples": s.samples,
                 }
                 for s in result.history
             ],

@@ -101,6 +101,17 @@ def subwindow_rates(snaps: Sequence[Snapshot], alloc: Allocation) -> list[float]
     ]
 
 
+def check_window_options(
+    *, subwindow_s: float = 0.5, min_samples: int = 3, rel_tol: float = 0.05,
+    max_extend: float = 3.0,
+) -> None:  # fmt: skip
+    """One line naming the option unless LiveTarget's window options are in range."""
+    check_range("subwindow_s", subwindow_s, 0.0, None, lo_open=True)
+    check_range("min_samples", min_samples, 2, 10_000)
+    check_range("rel_tol", rel_tol, 0.0, None)
+    check_range("max_extend", max_extend, 1.0, 100.0)
+
+
 class LiveTarget:
     """A ``Target`` over a running Pipeline (made to repeat its epochs): measure() resizes the
     pools, consumes batches for ``settle_s`` so the new workers fill their queues, then for the
@@ -128,10 +139,8 @@ class LiveTarget:
     ) -> None:
         check_range("settle_s", settle_s, 0.0, None)
         check_range("warmup_s", warmup_s, 0.0, None)
-        check_range("subwindow_s", subwindow_s, 0.0, None, lo_open=True)
-        check_range("min_samples", min_samples, 2, 10_000)
-        check_range("rel_tol", rel_tol, 0.0, None)
-        check_range("max_extend", max_extend, 1.0, 100.0)
+        check_window_options(subwindow_s=subwindow_s, min_samples=min_samples, rel_tol=rel_tol,
+                             max_extend=max_extend)  # fmt: skip
         if pipeline.config.epochs is not None:
             raise ConfigError("LiveTarget needs a pipeline with epochs = None (it repeats)")
         self.pipeline = pipeline
