@@ -88,6 +88,9 @@ def test_quick_live_run_is_consistent(quick: tuple[Section, list[float]]) -> Non
         assert sum(run["bound_workers"].values()) == pytest.approx(run["cores"])
     times = [h["elapsed_s"] for h in run["history"]]
     assert len(times) == run["tuning_steps"] >= 1 and times == sorted(times)
+    lo, hi = run["throughput_ci_rows_per_s"]
+    assert lo <= run["throughput_rows_per_s"] <= hi and run["samples"] >= 3
+    assert run["other_load_cores"] >= 0
 
 
 def test_quick_html_shows_tables_figures_and_the_paragraph(
@@ -107,7 +110,16 @@ def test_quick_html_shows_tables_figures_and_the_paragraph(
     live = section.data["live"]["runs"][0]
     assert f"<td>{100 * live['fraction_of_bound']:,.1f}</td>" in page
     assert f"this machine ({live['cores']} cores" in page
+    lo, hi = live["throughput_ci_rows_per_s"]
+    assert f"<td>± {(hi - lo) / 2:,.0f} ({live['samples']})</td>" in page
+    assert f"<td>{live['other_load_cores']:,.2f}</td>" in page
     figures = _specs(page)
+    live_line = next(f for f in figures if "Live: measured" in json.dumps(f["layout"]["title"]))
+    bars = live_line["data"][0]["error_y"]
+    steps = live["history"]
+    assert bars["arrayminus"][0] == pytest.approx(
+        steps[0]["throughput_rows_per_s"] - steps[0]["throughput_ci_rows_per_s"][0]
+    )
     line = figures[0]  # the simulated line figure: one trace per tuner, history as points
     assert [t["name"] for t in line["data"]] == list(ing.TUNER_NAMES)
     static = section.data["simulated"][0]["runs"][0]
@@ -167,6 +179,19 @@ def test_outcome_names_best_worst_refusals_and_failures() -> None:
         "from its measured stage costs; static 25.0%."
     )
     assert math.isnan(outcome["simulated"][1]["best_fraction_of_oracle"])
+
+
+def test_outcome_states_the_live_spread_and_other_load() -> None:
+    run = {"tuner": "plumber", "status": "ok", "cores": 2, "throughput_rows_per_s": 3000.0,
+           "fraction_of_bound": 0.75, "throughput_ci_rows_per_s": [2850.0, 3150.0],
+           "samples": 6, "other_load_cores": 0.4}  # fmt: skip
+    outcome = ing.measured_outcome([], {"machine_cores": 2, "runs": [run]})
+    assert outcome["live"]["samples"] == 6
+    assert ing.outcome_text(outcome).endswith(
+        "Live on this machine (2 cores): plumber measured the most, 3,000 rows/s (± 150 at 90% "
+        "over 6 sub-windows, with 0.40 cores of other load on the machine), 75.0% of the bound "
+        "from its measured stage costs."
+    )
 
 
 def _evil_simulated(payload: str) -> dict[str, Any]:

@@ -90,6 +90,9 @@ _LIVE_KEYS = (
     "stage_cost_us_per_row",
     "history",
 )
+_SPREAD_KEYS = ("throughput_ci_rows_per_s", "samples", "other_load_cores",
+                "tuning_other_load_cores", "rel_tol", "max_extend")  # fmt: skip
+"""How sure the final measurement is, and the other load on the machine (None if unknown)."""
 
 
 def run_live(setup: LiveSetup, progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -133,6 +136,7 @@ def run_live(setup: LiveSetup, progress: ProgressFn | None = None) -> dict[str, 
 
 def _live_run(summary: Mapping[str, Any]) -> dict[str, Any]:
     run = {k: summary[k] for k in _LIVE_KEYS}
+    run |= {k: summary.get(k) for k in _SPREAD_KEYS}
     run["allocation"] = segment_workers(summary["allocation"])
     run["bound_workers"] = summary["bound_workers"]
     return {"status": "ok", **run}
@@ -202,7 +206,9 @@ def live_html(live: Mapping[str, Any]) -> str:
         f"rows in {live['shards']} shard(s), batches of {live['batch_size']:,}, each tuner with "
         f"a {live['budget_s']:g}-s tuning budget, then its choice measured once more. The bound "
         f"is the LP bound of a model calibrated from the stage costs measured in that run. Live "
-        f"figures are noisy: the windows are short and the machine is shared."
+        f"figures are noisy (short windows on a shared machine): each is stated with its 90% "
+        f"interval over its sub-windows{_growth(ok)}, beside the other load on the machine "
+        f"(busy cores outside the pipeline) while it ran."
     )
     return (
         f'<h3 id="{KEY}-live">Live pipeline</h3><p>{html.escape(setup)}</p>'
@@ -219,6 +225,8 @@ def _live_table(live: Mapping[str, Any]) -> str:
             r["tuner"],
             " | ".join(f"{k} x{v}" for k, v in r["allocation"].items()),
             fmt_num(r["throughput_rows_per_s"], 0),
+            half_width_text(r.get("throughput_ci_rows_per_s"), r.get("samples")),
+            _num(r.get("other_load_cores"), 2),
             fmt_num(r["bound_rows_per_s"], 0),
             fmt_num(100 * r["fraction_of_bound"]),
             r["bound_binding"],
@@ -231,11 +239,51 @@ def _live_table(live: Mapping[str, Any]) -> str:
     ]
     stages = " / ".join(ok[0]["stages"]) if ok else "stages"
     header = [
-        "tuner", f"workers ({stages})", "rows/s", "bound rows/s", "of bound (%)", "bound by",
-        "steps", "tuning (s)", "refused", "peak memory (MiB)",
+        "tuner", f"workers ({stages})", "rows/s", "± 90% (windows)", "other load (cores)",
+        "bound rows/s", "of bound (%)", "bound by", "steps", "tuning (s)", "refused",
+        "peak memory (MiB)",
     ]  # fmt: skip
-    caption = "Live runs: the final allocation's measured throughput against the bound."
+    caption = (
+        "Live runs: the final allocation's measured throughput, the half-width of its 90% "
+        "interval over that many sub-windows and the machine's other load while it was "
+        "measured, against the bound."
+    )
     return table_html(header, rows, caption=caption, left_cols=2)
+
+
+def _growth(ok: Sequence[Mapping[str, Any]]) -> str:
+    """How the runs' windows grew, as the first run states it."""
+    if not ok or ok[0].get("rel_tol") is None:
+        return ""
+    r = ok[0]
+    return (
+        f" (a window grows until the interval is within {100 * r['rel_tol']:g}% of the "
+        f"throughput or it is {r['max_extend']:g} times as long)"
+    )
+
+
+def half_width_text(ci: Sequence[float] | None, samples: int | None) -> str:
+    """``± h (n)`` of an interval over ``n`` sub-windows; an em dash without one."""
+    if not ci:
+        return "—"
+    return f"± {fmt_num((ci[1] - ci[0]) / 2, 0)} ({samples})"
+
+
+def _num(x: float | None, digits: int) -> str:
+    return "—" if x is None else fmt_num(x, digits)
+
+
+def _error_bars(hist: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Plotly error bars from each step's interval (none if no step has one)."""
+    cis = [h.get("throughput_ci_rows_per_s") for h in hist]
+    if not any(cis):
+        return None
+    ys = [h["throughput_rows_per_s"] for h in hist]
+    return {
+        "type": "data", "symmetric": False,
+        "array": [ci[1] - y if ci else 0.0 for ci, y in zip(cis, ys, strict=True)],
+        "arrayminus": [y - ci[0] if ci else 0.0 for ci, y in zip(cis, ys, strict=True)],
+    }  # fmt: skip
 
 
 def _live_line(live: Mapping[str, Any]) -> str:
@@ -250,6 +298,7 @@ def _live_line(live: Mapping[str, Any]) -> str:
                 y=[h["throughput_rows_per_s"] for h in hist],
                 mode="lines+markers",
                 line={"color": color_of(i)},
+                error_y=_error_bars(hist),
                 name=name,
                 legendgroup=name,
                 text=[html.escape(str(h["allocation"])) for h in hist],
@@ -274,8 +323,9 @@ def _live_line(live: Mapping[str, Any]) -> str:
         yaxis={"title": "measured rows/s", "rangemode": "tozero"},
     )
     note = (
-        "Throughput each live measurement window saw (not best-so-far) over wall-clock tuning "
-        "time; dashed: each run's bound from its measured stage costs."
+        "Throughput each live measurement window saw (not best-so-far), with its 90% interval "
+        "over the window's sub-windows as error bars, over wall-clock tuning time; dashed: "
+        "each run's bound from its measured stage costs."
     )
     return figure_html(f"{KEY}-live-throughput", fig, note)
 

@@ -171,6 +171,10 @@ def measured_outcome(
         "fraction_of_bound": {t: float(r["fraction_of_bound"]) for t, r in by_tuner.items()},
         "failed": [r["tuner"] for r in live["runs"] if r["status"] != "ok"],
     }
+    if ext:
+        best = by_tuner[ext["best"][0]]
+        live_out |= {k: best.get(k) for k in ("throughput_ci_rows_per_s", "samples",
+                                              "other_load_cores")}  # fmt: skip
     return {"simulated": specs, "live": live_out}
 
 
@@ -208,8 +212,8 @@ def outcome_text(outcome: Mapping[str, Any]) -> str:
         best = lv["best"][0]
         text = (
             f"Live on this machine ({lv['cores']} cores): {best} measured the most, "
-            f"{fmt_num(lv['best_value'], 0)} rows/s, {_pct(lv['fraction_of_bound'][best])} of "
-            f"the bound from its measured stage costs"
+            f"{fmt_num(lv['best_value'], 0)} rows/s{_spread(lv)}, "
+            f"{_pct(lv['fraction_of_bound'][best])} of the bound from its measured stage costs"
         )
         others = [f"{t} {_pct(f)}" for t, f in lv["fraction_of_bound"].items() if t != best]
         if others:
@@ -218,6 +222,17 @@ def outcome_text(outcome: Mapping[str, Any]) -> str:
     if lv["failed"]:
         parts.append(f"Live runs that failed: {_join(lv['failed'])}.")
     return " ".join(parts)
+
+
+def _spread(lv: Mapping[str, Any]) -> str:
+    """`` (± h at 90% over n sub-windows, with x cores of other load)`` where measured."""
+    said = []
+    if lv.get("throughput_ci_rows_per_s"):
+        lo, hi = lv["throughput_ci_rows_per_s"]
+        said.append(f"± {fmt_num((hi - lo) / 2, 0)} at 90% over {lv['samples']} sub-windows")
+    if lv.get("other_load_cores") is not None:
+        said.append(f"{fmt_num(lv['other_load_cores'], 2)} cores of other load on the machine")
+    return f" ({', with '.join(said)})" if said else ""
 
 
 # -- HTML -------------------------------------------------------------------------------------
