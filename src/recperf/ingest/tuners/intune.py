@@ -30,7 +30,13 @@ from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import env as ienv
 from recperf.ingest.tuners import dqn
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
-from recperf.ingest.tuners.model import measured_costs, measured_spec, pattern_optima, threaded
+from recperf.ingest.tuners.model import (
+    inflight_options,
+    measured_costs,
+    measured_spec,
+    pattern_optima,
+    threaded,
+)
 from recperf.ingest.tuners.segment import SegmentTarget, lift
 from recperf.ingest.tuners.shape import pick_inflight, probe_gil, shape_optima
 
@@ -193,7 +199,7 @@ class Intune:
         if log.measure(even_split(target)) is None:
             return log.result(self.name)
         view = SegmentTarget(target, self._choose_cuts(log))
-        shaping = threaded(target) or tuple(target.inflight_options) != (0,)
+        shaping = threaded(target) or inflight_options(target) != (0,)
         keep = cfg.shape_windows * log.window_s if shaping else 0.0
         left = budget_s - log.spent_s() - keep
         if left < log.window_s * (1 - 1e-9):

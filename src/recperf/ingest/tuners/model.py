@@ -63,9 +63,20 @@ def measured_consumer(ms: Sequence[Measurement]) -> float:
     return max(sum(vals) / len(vals), 0.0) if vals else 0.0
 
 
+def thread_options(target: Target) -> tuple[int, ...]:
+    """``target.thread_options``; (1,) for a target written before it was part of the
+    protocol (a user's plug-in, a test's stand-in)."""
+    return tuple(getattr(target, "thread_options", (1,)))
+
+
+def inflight_options(target: Target) -> tuple[int, ...]:
+    """``target.inflight_options``; (0,) for a target written before it was in the protocol."""
+    return tuple(getattr(target, "inflight_options", (0,)))
+
+
 def threaded(target: Target) -> bool:
     """The target runs other shapes than single-threaded worker processes."""
-    return tuple(target.thread_options) != (1,)
+    return thread_options(target) != (1,)
 
 
 def model_spec(
@@ -112,7 +123,7 @@ def model_spec(
     two = Allocation(workers=(1,) * n, threads=(2,) + (1,) * (n - 1))
     thread_mib = max(target.memory_bytes(two) - base, 0.0) / MIB
     return spec.with_(
-        thread_options=tuple(target.thread_options),
+        thread_options=thread_options(target),
         consumer_us_per_row=consumer_us,
         memory_mib_per_thread=thread_mib,
     )

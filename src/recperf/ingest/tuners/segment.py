@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from recperf.core.errors import ConfigError, ContractError
 from recperf.ingest.base import Allocation, Measurement, Target, segment_caps
 from recperf.ingest.tuners.base import TuneLog, TuneResult
+from recperf.ingest.tuners.model import inflight_options, thread_options
 
 
 class SegmentTarget:
@@ -48,11 +49,11 @@ class SegmentTarget:
 
     @property
     def thread_options(self) -> tuple[int, ...]:
-        return self.target.thread_options
+        return thread_options(self.target)
 
     @property
     def inflight_options(self) -> tuple[int, ...]:
-        return self.target.inflight_options
+        return inflight_options(self.target)
 
     @property
     def memory_budget_bytes(self) -> float:

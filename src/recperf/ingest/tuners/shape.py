@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from recperf.ingest.base import Allocation, Measurement, Target, segment_caps
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuners.base import TuneLog
-from recperf.ingest.tuners.model import threaded
+from recperf.ingest.tuners.model import inflight_options, thread_options, threaded
 
 
 def gil_measured(ms: Sequence[Measurement]) -> bool:
@@ -25,7 +25,7 @@ def gil_probe(target: Target) -> Allocation | None:
     stage's GIL fraction: threads of the consumer's process (one per core) where the target
     runs them, else one worker process of its most threads; None if the target runs neither
     or the fused chain's cap allows no second thread."""
-    opts = target.thread_options
+    opts = thread_options(target)
     (cap,) = segment_caps(target.max_workers, ((0, len(target.stage_names)),))
     limit = target.cores if cap is None else min(cap, target.cores)
     if 0 in opts and limit >= 2:
@@ -94,7 +94,7 @@ def climb_threads(log: TuneLog, alloc: Allocation, margin: float = 0.02) -> Allo
     current = alloc.normalized(log.n_stages)
     rate = log.mean_throughput(current)
     for j in range(len(current.workers)):
-        for t in target.thread_options:
+        for t in thread_options(target):
             if t == current.segment_threads()[j]:
                 continue
             cand = with_threads(current, j, t, target)
@@ -111,8 +111,8 @@ def climb_threads(log: TuneLog, alloc: Allocation, margin: float = 0.02) -> Allo
 def pick_inflight(log: TuneLog, alloc: Allocation) -> Allocation:
     """A final probe of ``alloc`` at each of the target's in-flight options; the one with the
     best measured mean (``alloc`` itself where the target has none to offer)."""
-    opts = log.target.inflight_options
-    if tuple(opts) == (0,):
+    opts = inflight_options(log.target)
+    if opts == (0,):
         return alloc
     best = alloc.normalized(log.n_stages)
     if not log.count(best):
