@@ -4,6 +4,7 @@ simulator, the SegmentTarget view and the measured oracle's candidate ranking.""
 from __future__ import annotations
 
 import itertools
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -92,7 +93,9 @@ def test_registry_has_every_tuner_and_accepts_module_attr() -> None:
 
 
 @pytest.mark.parametrize("name", ALL)
-@pytest.mark.parametrize("spec", ["small", "live-like", "membound-128", "live-2", "udfcut-4"])
+@pytest.mark.parametrize(
+    "spec", ["small", "live-like", "membound-128", "live-2", "udfcut-4", "threads-2"]
+)
 def test_conformance(name: str, spec: str) -> None:
     # with caps that bind (small, udfcut-4), that do not (live-like), none (live-2), memory;
     # check_tuner also runs it again on a fresh target (same seed) and holds it to the budget
@@ -487,3 +490,64 @@ def test_intune_converges_on_a_noisy_five_stage_live_like_pipeline(noise: float)
     for seed in range(3):
         r = Intune().tune(SimTarget(spec, seed=seed, noise=noise), 20.0, seed=seed)
         assert fraction_of_oracle(spec, r.allocation) >= 0.9
+
+
+class Shaped(Hidden):
+    """A hidden-model target that says which thread shapes and in-flight counts it runs; a
+    window at ``fast_inflight`` requests in flight measures ``gain`` x the model."""
+
+    def __init__(self, target: SimTarget, inflight: tuple[int, ...] = (0,), gain: float = 1.0):
+        super().__init__(target)
+        self.thread_options = target.thread_options
+        self.inflight_options = inflight
+        self.fast_inflight = max(inflight)
+        self.gain = gain
+
+    def measure(self, alloc: Allocation, window_s: float) -> Measurement:
+        m = self.inner.measure(alloc, window_s)
+        if alloc.inflight and alloc.inflight == self.fast_inflight:
+            return dataclasses.replace(m, throughput_rows_per_s=m.throughput_rows_per_s * self.gain)
+        return m
+
+
+@pytest.mark.parametrize("name", ["autotune", "plumber", "intune", "oracle"])
+def test_tuners_find_the_thread_shape_where_it_wins(name: str) -> None:
+    # threads-2: two threads of the consumer's process beat two processes by the copy they save
+    spec = load_spec("threads-2")
+    best = sim.oracle(spec)
+    for target in (SimTarget(spec, seed=2), Shaped(SimTarget(spec, seed=2))):
+        r = check_tuner(TUNERS.build(name), target, 40.0, seed=2, overrun_s=0.0)
+        assert r.allocation.threads == best.threads == (0,)
+        assert spec.throughput(r.allocation) >= 0.99 * spec.throughput(best)
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_target_without_thread_options_gets_worker_processes(name: str) -> None:
+    target = Hidden(SimTarget(load_spec("threads-2"), seed=2))
+    r = check_tuner(TUNERS.build(name), target, 20.0, seed=2, overrun_s=0.0)
+    assert r.allocation.threads is None and r.allocation.inflight == 0
+    assert all(s.allocation.threads is None for s in r.history)
+
+
+@pytest.mark.parametrize("name", ["autotune", "plumber", "intune", "oracle"])
+def test_tuners_pick_the_in_flight_requests(name: str) -> None:
+    spec = load_spec("live-2")
+    target = Shaped(SimTarget(spec, seed=4), inflight=(0, 4, 16), gain=1.3)
+    r = check_tuner(TUNERS.build(name), target, 30.0, seed=4, overrun_s=0.0)
+    assert r.allocation.inflight == 16
+    assert {s.allocation.inflight for s in r.history} >= {4, 16}
+
+
+def test_the_measured_model_reads_gil_and_thread_memory() -> None:
+    spec = load_spec("threads-2")
+    target = SimTarget(spec, seed=1, noise=0.0)
+    ms = [target.measure(Allocation(workers=(2,), cuts=(), threads=(0,)), 1.0)]
+    model = measured_spec(target, ms)
+    assert [s.gil_frac for s in model.stages] == pytest.approx([s.gil_frac for s in spec.stages])
+    assert model.consumer_us_per_row == pytest.approx(0.3)
+    assert model.thread_options == spec.thread_options
+    assert model.thread_mib() == pytest.approx(spec.thread_mib())
+    assert sim.oracle(model) == sim.oracle(spec)
+    # without a window of several threads the GIL fractions stay at the conservative default
+    plain = measured_spec(target, [target.measure(Allocation(workers=(2,), cuts=()), 1.0)])
+    assert all(s.gil_frac == 1.0 for s in plain.stages)

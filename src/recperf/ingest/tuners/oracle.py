@@ -13,7 +13,7 @@ from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, Target, cut_patterns, even_split
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
-from recperf.ingest.tuners.model import measured_spec
+from recperf.ingest.tuners.model import inflight_options, measured_spec
 from recperf.ingest.tuners.shape import pick_inflight, probe_gil, shape_optima
 
 Key = tuple[float, int, int, int]
@@ -129,12 +129,13 @@ class Oracle:
             return log.result(self.name)
         probe_gil(log)  # measures nothing on a target without threads
         model = measured_spec(target, log.measurements, name="oracle")
-        windows = int((budget_s - log.spent_s()) / log.window_s + 1e-9)
+        keep = len(inflight_options(target)) - 1  # windows for the in-flight probe, if any
+        windows = int((budget_s - log.spent_s()) / log.window_s + 1e-9) - keep
         allocs = self._candidates(model, windows)
         if not allocs:
             raise ConfigError("oracle: no allocation fits the caps, max_total and memory")
         for alloc in allocs:
-            if not log.can_measure():
+            if log.spent_s() + (1 + keep) * log.window_s > budget_s * (1 + 1e-9):
                 break
             if log.fits_memory(alloc):
                 log.measure(alloc)
