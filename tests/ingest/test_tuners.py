@@ -3,8 +3,8 @@ simulator, the SegmentTarget view and the measured oracle's candidate ranking.""
 
 from __future__ import annotations
 
-import itertools
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 import pytest
