@@ -1,7 +1,9 @@
 """Fair peers for the ingestion benchmark, and one harness that measures any of them the same way.
 
 Every peer does the work of recperf's live pipeline on Criteo shards, written the way a careful
-user of that framework would write it (vectorised parsing, the framework's own parallelism):
+user of that framework would write it for speed (pyarrow parsing with every column's type given,
+the 8 hex digits of an id decoded as one 64-bit word by vectorised numpy, the framework's own
+parallelism; checked equal to a plain-Python reference):
 batches of 4096 rows; dense = log1p(max(x, 0)) in float64 with missing -> 0, cast to float32
 [n, 13]; sparse id = int(hex, 16) % CARDINALITIES[j], missing -> empty bag; labels float32 [n];
 values int64 (feature-major), lengths int32 [26n], offsets int32 [26n + 1]. ``--shuffle``
@@ -10,12 +12,17 @@ permutes the rows within windows of 8 consecutive batches (seeded) and the task 
 
 Peers (the PEERS registry below; add one there, e.g. recperf's own pipeline):
 
-* ``dataloader``: torch DataLoader over an IterableDataset, workers parse with polars;
+* ``dataloader``: torch DataLoader over an IterableDataset, the workers run the per-task work;
 * ``torchdata_nodes``: torchdata.nodes ParallelMapper (variant ``process`` or ``thread``);
 * ``tfdata``: tf.data with AUTOTUNE, the transforms in TensorFlow ops (exact hex decode by byte
   arithmetic on ``tf.io.decode_raw``), converted to torch tensors at the end;
 * ``spdl``: SPDL PipelineBuilder (variant ``thread``: stages on threads; ``process``: a
   ``.to(ProcessPoolExecutorConfig)`` region).
+
+The per-task work of the DataLoader, torchdata.nodes and SPDL peers parses with pyarrow (engine
+``arrow``, the default and the faster on one core: 1.4-1.5 against 2.0-2.1 us/row on TSV, 0.8
+against 1.5-1.6 on Parquet); the earlier polars parsing stays as an engine a variant may name
+(``thread-polars``, ``process-polars``, DataLoader ``polars``), outside the sweep's grid.
 
     python benchmarks/ingest_peers.py --check                       # every peer vs a reference
     python benchmarks/ingest_peers.py run --peer dataloader --workers 2 \\
@@ -313,16 +320,20 @@ class TaskStream:
 
 
 # ---------------------------------------------------------------------- the per-task work
-# What a careful user writes once and hands to whichever framework runs it: polars parses
-# (read_csv for TSV, from_arrow over a pyarrow row group for Parquet; both release the GIL),
-# numpy finishes the arithmetic.
+# What a careful user writes once for speed and hands to whichever framework runs it. The
+# default engine, "arrow": pyarrow parses (csv.read_csv with every column's type given and the
+# categoricals as 8-byte fixed-size binary; a Parquet row group with the categoricals read as
+# dictionaries), numpy decodes the 8 hex digits of an id as one 64-bit word (ASCII digit ->
+# nibble, then the nibbles joined by shifts), all of it outside the GIL for the most part. The
+# "polars" engine (variant suffix ``-polars``) is the earlier version: polars parses.
 
+ENGINES = ("arrow", "polars")
 _local = threading.local()
 _lib_threads_set = False
 
 
 def _lib_threads() -> int:
-    """Threads each polars/pyarrow call may use here (set per worker process by the peers)."""
+    """Threads each polars/pyarrow call may use here (set per worker by the peers)."""
     return int(os.environ.get("INGEST_PEERS_LIB_THREADS", "0")) or NCPU
 
 
@@ -344,6 +355,177 @@ def worker_env(workers: int) -> None:
     os.environ["INGEST_PEERS_LIB_THREADS"] = share
 
 
+def thread_env() -> None:
+    """Before a peer runs the tasks on threads of this process: the tasks are the parallelism,
+    so each library call stays on its calling thread (no second pool to hand work to)."""
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    os.environ["INGEST_PEERS_LIB_THREADS"] = "1"
+
+
+def split_variant(variant: str, default: str) -> tuple[str, str]:
+    """(mode, engine): ``"thread-polars"`` -> ("thread", "polars"), ``""`` -> (default, "arrow");
+    the DataLoader's variants name only the engine (``"polars"``)."""
+    mode, _, engine = variant.partition("-")
+    if mode in ENGINES and not engine:
+        mode, engine = "", mode
+    engine = engine or "arrow"
+    if engine not in ENGINES:
+        raise SystemExit(f"variant {variant!r}: the engine must be one of {', '.join(ENGINES)}")
+    return mode or default, engine
+
+
+def wait_for_storage(item: tuple[Task, int], latency_s: float) -> tuple[Task, int]:
+    """The emulated remote read: one request (``latency_s``) per 4096-row chunk of the task."""
+    for _ in item[0].sizes:
+        time.sleep(latency_s)
+    return item
+
+
+def _parquet_file(path: str, dictionary: bool = False) -> Any:
+    """This thread's open ParquetFile (``dictionary``: the categoricals read as dictionaries)."""
+    cache = getattr(_local, "pq", None)
+    if cache is None:
+        cache = _local.pq = {}
+    if (path, dictionary) not in cache:
+        import pyarrow.parquet as pq
+
+        cats = list(CAT_COLS) if dictionary else None
+        cache[(path, dictionary)] = pq.ParquetFile(path, read_dictionary=cats)
+    return cache[(path, dictionary)]
+
+
+def _read_bytes(task: Task) -> bytes:
+    with open(task.file, "rb") as fh:
+        fh.seek(task.a)
+        return fh.read(task.b - task.a)
+
+
+Columns = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""labels float32 [N], dense float32 [N, 13], ids int64 [26, N] (modulo the table size; -1 where
+missing)."""
+
+
+def load_columns(task: Task, engine: str = "arrow") -> Columns:
+    """Read the task's rows and transform them (see Columns)."""
+    _configure_threads()
+    if engine == "arrow":
+        try:
+            return _load_arrow(task)
+        except ValueError:  # a categorical that is not 8 hex digits: the general parser
+            pass
+    return _load_polars(task)
+
+
+# --- the arrow engine
+
+_M0F, _M01 = np.uint64(0x0F0F0F0F0F0F0F0F), np.uint64(0x0101010101010101)
+_JOIN = (  # (shift, mask): nibbles -> bytes -> 16-bit halves -> the 32-bit value
+    (np.uint64(4), np.uint64(0x00FF00FF00FF00FF)),
+    (np.uint64(8), np.uint64(0x0000FFFF0000FFFF)),
+    (np.uint64(16), np.uint64(0x00000000FFFFFFFF)),
+)
+
+
+def hex8_words(w: np.ndarray) -> np.ndarray:
+    """uint64 words, each the 8 ASCII hex digits of one id (either case; first digit in the low
+    byte) -> the ids' values, in place: digit & 0xF, plus 9 where bit 6 is set (a-f, A-F), then
+    adjacent fields joined, most significant first."""
+    t = w >> np.uint64(6)
+    t &= _M01
+    t *= np.uint64(9)
+    w &= _M0F
+    w += t
+    for shift, mask in _JOIN:
+        np.right_shift(w, shift + shift, out=t)  # the next field, down beside this one
+        w <<= shift
+        w |= t
+        w &= mask
+    return w
+
+
+def _valid(buf: Any, offset: int, n: int) -> np.ndarray:
+    """An Arrow validity bitmap -> bool [n]."""
+    bits = np.unpackbits(np.frombuffer(buf, np.uint8), bitorder="little", count=offset + n)
+    return bits[offset:].view(bool)
+
+
+def _fsb_ids(chunk: Any, card: int, out: np.ndarray) -> None:
+    """One fixed_size_binary(8) chunk -> ids % card, into ``out`` (-1 where null)."""
+    n, off = len(chunk), chunk.offset
+    validity, data = chunk.buffers()
+    w = out.view(np.uint64)
+    np.copyto(w, np.frombuffer(data, np.uint64, count=off + n)[off:])
+    np.remainder(hex8_words(w), np.uint64(card), out=w)
+    if chunk.null_count:
+        out[~_valid(validity, off, n)] = -1
+
+
+def _dict_ids(chunk: Any, card: int, out: np.ndarray) -> None:
+    """One dictionary<string> chunk -> ids % card, into ``out``: only the dictionary is decoded
+    (and -1 appended for the nulls), then gathered by the indices."""
+    d = chunk.dictionary
+    ends = np.frombuffer(d.buffers()[1], np.int32, count=d.offset + len(d) + 1)[d.offset :]
+    if d.null_count or not (np.diff(ends) == 8).all():
+        raise ValueError("a categorical is not 8 hex digits")
+    table = np.empty(len(d) + 1, np.int64)
+    w = table[:-1].view(np.uint64)
+    np.copyto(w, np.frombuffer(d.buffers()[2], np.uint64, count=len(d), offset=int(ends[0])))
+    np.remainder(hex8_words(w), np.uint64(card), out=w)
+    table[-1] = -1
+    idx = chunk.indices
+    n, off = len(idx), idx.offset
+    pos = np.frombuffer(idx.buffers()[1], idx.type.to_pandas_dtype(), count=off + n)[off:]
+    if chunk.null_count:
+        pos = np.where(_valid(idx.buffers()[0], off, n), pos, len(d))
+    np.take(table, pos, out=out)
+
+
+def _arrow_tsv(raw: bytes) -> Any:
+    import pyarrow as pa
+    import pyarrow.csv as pv
+
+    opts = getattr(_local, "csv", None)
+    if opts is None:
+        types = {"label": pa.int8(), **dict.fromkeys(INT_COLS, pa.int64())}
+        types.update(dict.fromkeys(CAT_COLS, pa.binary(8)))  # 8 hex digits, or null if empty
+        opts = _local.csv = (
+            pv.ParseOptions(delimiter="\t", quote_char=False),
+            pv.ConvertOptions(column_types=types, strings_can_be_null=True, null_values=[""]),
+        )
+    ro = pv.ReadOptions(  # one block: one chunk per column
+        column_names=list(COLUMNS), use_threads=_lib_threads() > 1, block_size=len(raw) + 1
+    )
+    return pv.read_csv(pa.py_buffer(raw), read_options=ro, parse_options=opts[0],
+                       convert_options=opts[1])  # fmt: skip
+
+
+def _load_arrow(task: Task) -> Columns:
+    import pyarrow.compute as pc
+
+    if task.kind == "tsv":
+        table, cat_ids = _arrow_tsv(_read_bytes(task)), _fsb_ids
+    else:
+        pf = _parquet_file(task.file, dictionary=True)
+        table = pf.read_row_group(task.a, columns=list(COLUMNS), use_threads=_lib_threads() > 1)
+        cat_ids = _dict_ids
+    n = table.num_rows
+    labels = table.column("label").to_numpy().astype(np.float32)
+    x = np.empty((n, 13), np.float64)
+    for j, c in enumerate(INT_COLS):
+        x[:, j] = pc.fill_null(table.column(c), 0).to_numpy()
+    np.maximum(x, 0.0, out=x)
+    dense = np.log1p(x, out=x).astype(np.float32)
+    ids = np.empty((26, n), np.int64)
+    for j, c in enumerate(CAT_COLS):
+        a = 0
+        for chunk in table.column(c).chunks:
+            cat_ids(chunk, int(CARD[j]), ids[j, a : a + len(chunk)])
+            a += len(chunk)
+    return labels, dense, ids
+
+
+# --- the polars engine
+
 _PL_SCHEMA: Any = None
 
 
@@ -360,34 +542,14 @@ def _polars() -> Any:
     return pl
 
 
-def wait_for_storage(item: tuple[Task, int], latency_s: float) -> tuple[Task, int]:
-    """The emulated remote read: one request (``latency_s``) per 4096-row chunk of the task."""
-    for _ in item[0].sizes:
-        time.sleep(latency_s)
-    return item
-
-
-def _parquet_file(path: str) -> Any:
-    cache = getattr(_local, "pq", None)
-    if cache is None:
-        cache = _local.pq = {}
-    if path not in cache:
-        import pyarrow.parquet as pq
-
-        cache[path] = pq.ParquetFile(path)
-    return cache[path]
-
-
-def load_columns(task: Task) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Read the task's rows and transform them: labels float32 [N], dense float32 [N, 13] and
-    ids int64 [26, N] (already modulo the table size; -1 where the value is missing)."""
-    _configure_threads()
+def _load_polars(task: Task) -> Columns:
+    """polars parses (read_csv for TSV, from_arrow over a pyarrow row group for Parquet; both
+    release the GIL), numpy finishes the arithmetic."""
     pl = _polars()
     if task.kind == "tsv":
-        with open(task.file, "rb") as fh:
-            fh.seek(task.a)
-            raw = fh.read(task.b - task.a)
-        df = pl.read_csv(raw, has_header=False, separator="\t", schema=_PL_SCHEMA, quote_char=None)
+        df = pl.read_csv(
+            _read_bytes(task), has_header=False, separator="\t", schema=_PL_SCHEMA, quote_char=None
+        )
     else:
         table = _parquet_file(task.file).read_row_group(
             task.a, columns=list(COLUMNS), use_threads=_lib_threads() > 1
@@ -420,11 +582,13 @@ def collate(labels: np.ndarray, dense: np.ndarray, ids: np.ndarray) -> dict[str,
     }
 
 
-def parse_task(item: tuple[Task, int], shuffle: bool) -> list[dict[str, np.ndarray]]:
+def parse_task(
+    item: tuple[Task, int], shuffle: bool, engine: str = "arrow"
+) -> list[dict[str, np.ndarray]]:
     """The task's batches; with ``shuffle`` the rows of each window of WINDOW consecutive
     batches are permuted among themselves (seeded by task and epoch)."""
     task, epoch = item
-    labels, dense, ids = load_columns(task)
+    labels, dense, ids = load_columns(task, engine)
     cuts = np.concatenate([[0], np.cumsum(task.sizes)])
     if shuffle:
         order = np.empty(int(cuts[-1]), np.int64)
@@ -443,16 +607,18 @@ def to_torch(batch: dict[str, np.ndarray]) -> dict[str, Any]:
     return {k: torch.from_numpy(v) for k, v in batch.items()}
 
 
-def parse_task_torch(item: tuple[Task, int], shuffle: bool) -> list[dict[str, Any]]:
-    return [to_torch(b) for b in parse_task(item, shuffle)]
+def parse_task_torch(
+    item: tuple[Task, int], shuffle: bool, engine: str = "arrow"
+) -> list[dict[str, Any]]:
+    return [to_torch(b) for b in parse_task(item, shuffle, engine)]
 
 
 def read_parse_torch(
-    item: tuple[Task, int], shuffle: bool, latency_s: float
+    item: tuple[Task, int], shuffle: bool, latency_s: float, engine: str = "arrow"
 ) -> list[dict[str, Any]]:
     if latency_s:
         wait_for_storage(item, latency_s)
-    return parse_task_torch(item, shuffle)
+    return parse_task_torch(item, shuffle, engine)
 
 
 # ----------------------------------------------------------------------------------- peers
@@ -489,8 +655,9 @@ class CriteoStream(IterableDataset):  # type: ignore[type-arg]
         info = get_worker_info()
         w, n = (0, 1) if info is None else (info.id, info.num_workers)
         lat = self.cfg.latency_ms / 1e3
+        engine = split_variant(self.cfg.variant, "")[1]
         for item in TaskStream(self.tasks, self.cfg.shuffle, self.cfg.epochs, w, n):
-            yield from read_parse_torch(item, self.cfg.shuffle, lat)
+            yield from read_parse_torch(item, self.cfg.shuffle, lat, engine)
 
 
 def make_dataloader(cfg: RunConfig) -> Iterator[Any]:
@@ -508,7 +675,7 @@ def make_dataloader(cfg: RunConfig) -> Iterator[Any]:
         persistent_workers=k > 0,
         prefetch_factor=2 * WINDOW if k > 0 else None,
         pin_memory=False,
-        # forkserver: polars' thread pool is not fork-safe once used
+        # forkserver: polars' and pyarrow's thread pools are not fork-safe once used
         multiprocessing_context="forkserver" if k > 0 else None,
     )
     return iter(loader)
@@ -520,10 +687,12 @@ def make_dataloader(cfg: RunConfig) -> Iterator[Any]:
 def make_torchdata(cfg: RunConfig) -> Iterator[Any]:
     import torchdata.nodes as tn
 
-    method = cfg.variant or "process"
+    method, engine = split_variant(cfg.variant, "process")
     tasks = tuple(plan_tasks(cfg.data, cfg.fmt))
     if method == "process":
         worker_env(cfg.workers)
+    else:
+        thread_env()
     ctx = "forkserver" if method == "process" else None
     node: Any = tn.IterableWrapper(TaskStream(tasks, cfg.shuffle, cfg.epochs))
     lat = cfg.latency_ms / 1e3
@@ -537,7 +706,7 @@ def make_torchdata(cfg: RunConfig) -> Iterator[Any]:
         )
     node = tn.ParallelMapper(
         node,
-        partial(parse_task_torch, shuffle=cfg.shuffle),
+        partial(parse_task_torch, shuffle=cfg.shuffle, engine=engine),
         num_workers=cfg.workers,
         method=method,
         in_order=False,
@@ -695,14 +864,16 @@ def make_tfdata(cfg: RunConfig) -> Iterator[Any]:
 def make_spdl(cfg: RunConfig) -> Iterator[Any]:
     from spdl.pipeline import PipelineBuilder
 
-    mode = cfg.variant or "thread"
+    mode, engine = split_variant(cfg.variant, "thread")
     tasks = tuple(plan_tasks(cfg.data, cfg.fmt))
     lat = cfg.latency_ms / 1e3
     b: Any = PipelineBuilder().add_source(TaskStream(tasks, cfg.shuffle, cfg.epochs))
     if lat:  # an I/O stage on threads waiting on storage, then the CPU stage
         b = b.pipe(partial(wait_for_storage, latency_s=lat), concurrency=IO_CONCURRENCY)
     if mode == "thread":
-        b = b.pipe(partial(parse_task_torch, shuffle=cfg.shuffle), concurrency=cfg.workers)
+        thread_env()
+        parse = partial(parse_task_torch, shuffle=cfg.shuffle, engine=engine)
+        b = b.pipe(parse, concurrency=cfg.workers)
         b = b.disaggregate()
         threads = cfg.workers + (IO_CONCURRENCY if lat else 0)
     else:
@@ -710,7 +881,7 @@ def make_spdl(cfg: RunConfig) -> Iterator[Any]:
 
         worker_env(cfg.workers)
         b = b.to(ProcessPoolExecutorConfig(max_workers=cfg.workers, mp_context="forkserver"))
-        b = b.pipe(partial(parse_task, shuffle=cfg.shuffle), concurrency=1)
+        b = b.pipe(partial(parse_task, shuffle=cfg.shuffle, engine=engine), concurrency=1)
         b = b.disaggregate()
         b = b.to(MAIN_PROCESS, buffer_size=WINDOW)
         b = b.pipe(to_torch)
@@ -792,7 +963,7 @@ PEERS: dict[str, Peer] = {
         workers=(0, 1, 2, 3, 4),
         workers_latency=(2, 4, 6, 8),
         note="IterableDataset, batch_size=None, persistent forkserver workers, prefetch 16",
-        check_configs=(("", 0), ("", 2)),
+        check_configs=(("", 0), ("", 2), ("polars", 2)),
     ),
     "torchdata_nodes": Peer(
         make_torchdata,
@@ -800,7 +971,7 @@ PEERS: dict[str, Peer] = {
         workers=(1, 2, 3, 4),
         note="IterableWrapper -> [thread I/O mapper] -> ParallelMapper -> Unbatcher -> "
         "Prefetcher(16)",
-        check_configs=(("process", 2), ("thread", 2)),
+        check_configs=(("process", 2), ("thread", 2), ("thread-polars", 2)),
     ),
     "tfdata": Peer(
         make_tfdata,
@@ -815,7 +986,7 @@ PEERS: dict[str, Peer] = {
         workers=(1, 2, 3, 4),
         note="source -> [I/O pipe x16] -> parse pipe (threads or a process region) -> "
         "disaggregate -> sink(16)",
-        check_configs=(("thread", 2), ("process", 2)),
+        check_configs=(("thread", 2), ("process", 2), ("process-polars", 2)),
     ),
 }
 # ==================================================================================================
@@ -1343,7 +1514,10 @@ def print_table(summary: list[dict[str, Any]]) -> None:
 def _peer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peer", required=True, choices=sorted(PEERS))
     p.add_argument(
-        "--variant", default="", help="torchdata_nodes: process|thread; spdl: thread|process"
+        "--variant",
+        default="",
+        help="torchdata_nodes: process|thread; spdl: thread|process; either with -polars, or "
+        "dataloader: polars, for the polars engine (default: the arrow engine)",
     )
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--format", choices=("tsv", "parquet"), default="tsv")
