@@ -135,18 +135,11 @@ def run(
     check_range("seconds", seconds, 0.0, MAX_SECONDS, lo_open=True)
     check_range("warmup_s", warmup_s, 0.0, MAX_SECONDS)
     check_cores(cores)
-    if threads is not None:
-        check_threads(threads, "--threads")
-    if inflight is not None:
-        check_inflight(inflight, "--inflight")
     cfg = _repeating(config)
     allocation = resolve_allocation(alloc, cfg.stage_names())
+    _check_shape(allocation, threads, inflight)
     tuned_s = 0.0
     if allocation == "auto":
-        if threads is not None or inflight is not None:
-            flag = "--threads" if threads is not None else "--inflight"
-            raise ConfigError(f"{flag}: --alloc auto chooses the shape itself; give fused, "
-                              "even or an allocation file with it")  # fmt: skip
         t0 = time.monotonic()
         allocation = auto_allocation(data, config, cores=cores)
         tuned_s = time.monotonic() - t0
@@ -157,44 +150,59 @@ def run(
         t_end = time.monotonic() + warmup_s
         while time.monotonic() < t_end:
             next(it)
-        load_a = hostload.sample()
-        snaps = _timed(p, it, seconds, progress)
-        a, b = snaps[0], snaps[-1]
-        if b.rows_out == a.rows_out:
+        snaps, load = _timed(p, it, seconds, progress)
+        if snaps[-1].rows_out == snaps[0].rows_out:
             raise RecperfError(f"{data}: the pipeline delivered no rows in {seconds:g} s")
-        load = hostload.other_load_cores(load_a, hostload.sample())
-        m = repeated_measurement(snaps, p.allocation, load)
-        rates = subwindow_rates(snaps, p.allocation)
-        return {
-            "data": str(data),
-            "stages": list(p.stage_names),
-            "allocation": allocation_json(p.allocation, p.stage_names),
-            "tuning_s": tuned_s,
-            "cores": p.cores,
-            "batch_size": cfg.batch_size,
-            "throughput_rows_per_s": m.throughput_rows_per_s,
-            **confidence_json(m),
-            "subwindow_quartiles_rows_per_s": (
-                statistics.quantiles(rates, n=4) if len(rates) > 1 else None
-            ),
-            "batches_per_s": (b.batches_out - a.batches_out) / m.window_s,
-            "rows": b.rows_out - a.rows_out,
-            "seconds": m.window_s,
-            "peak_memory_bytes": b.peak_memory_bytes,
-            "memory_budget_bytes": p.memory_budget_bytes,
-            "restarts": sum(s.restarts for s in b.stages),
-            "handoff_us_per_row": _finite(m.handoff_us_per_row),
-            "consumer_us_per_row": _finite(m.consumer_us_per_row),
-            "per_stage": stage_table(p.stage_names, m),
-        }
+        return {"data": str(data), **_run_summary(p, snaps, load), "tuning_s": tuned_s}
+
+
+def _check_shape(allocation: Allocation | str, threads: int | None, inflight: int | None) -> None:
+    """``--threads`` and ``--inflight`` in range, and not with ``auto`` (which chooses them)."""
+    if threads is not None:
+        check_threads(threads, "--threads")
+    if inflight is not None:
+        check_inflight(inflight, "--inflight")
+    if allocation == "auto" and (threads is not None or inflight is not None):
+        flag = "--threads" if threads is not None else "--inflight"
+        raise ConfigError(f"{flag}: --alloc auto chooses the shape itself; give fused, even "
+                          "or an allocation file with it")  # fmt: skip
+
+
+def _run_summary(p: Pipeline, snaps: Sequence[Snapshot], load: float) -> dict[str, Any]:
+    """What ``run`` reports of the timed snapshots ``snaps`` with ``load`` cores of other load."""
+    a, b = snaps[0], snaps[-1]
+    m = repeated_measurement(snaps, p.allocation, load)
+    rates = subwindow_rates(snaps, p.allocation)
+    return {
+        "stages": list(p.stage_names),
+        "allocation": allocation_json(p.allocation, p.stage_names),
+        "cores": p.cores,
+        "batch_size": p.config.batch_size,
+        "throughput_rows_per_s": m.throughput_rows_per_s,
+        **confidence_json(m),
+        "subwindow_quartiles_rows_per_s": (
+            statistics.quantiles(rates, n=4) if len(rates) > 1 else None
+        ),
+        "batches_per_s": (b.batches_out - a.batches_out) / m.window_s,
+        "rows": b.rows_out - a.rows_out,
+        "seconds": m.window_s,
+        "peak_memory_bytes": b.peak_memory_bytes,
+        "memory_budget_bytes": p.memory_budget_bytes,
+        "restarts": sum(s.restarts for s in b.stages),
+        "handoff_us_per_row": _finite(m.handoff_us_per_row),
+        "consumer_us_per_row": _finite(m.consumer_us_per_row),
+        "per_stage": stage_table(p.stage_names, m),
+    }
 
 
 def _timed(
     p: Pipeline, it: Iterator[Any], seconds: float, progress: Progress | None
-) -> list[Snapshot]:
+) -> tuple[list[Snapshot], float]:
     """Consume ``it`` for ``seconds`` with a snapshot at the start and after each of the
-    sub-windows (about SUBWINDOW_S each, at least 3)."""
+    sub-windows (about SUBWINDOW_S each, at least 3); the snapshots and the other load on the
+    machine meanwhile, cores."""
     n = max(3, round(seconds / SUBWINDOW_S))
+    load_a = hostload.sample()
     snaps = [p.snapshot()]
     t0 = time.monotonic()
     for k in range(1, n + 1):
@@ -203,7 +211,7 @@ def _timed(
             if progress is not None:
                 progress(min(1.0, (now - t0) / seconds))
         snaps.append(p.snapshot())
-    return snaps
+    return snaps, hostload.other_load_cores(load_a, hostload.sample())
 
 
 def _finite(x: float) -> float | None:
