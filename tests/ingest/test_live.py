@@ -37,11 +37,12 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_live_target_measures_and_refuses(data: Path) -> None:
     cfg = PipelineConfig(batch_size=1000, epochs=None, memory_budget_gib=1.0)
     with Pipeline(data, cfg, cores=2) as p:
-        target = LiveTarget(p, warmup_s=0.3, settle_s=0.2, max_workers=3)
+        target = LiveTarget(p, warmup_s=0.3, settle_s=0.2, max_workers=3, max_extend=1.0)
         assert isinstance(target, Target)
         m = target.measure(Allocation(workers=(2, 1, 1, 1, 1)), 0.4)
         assert p.allocation.workers == (2, 1, 1, 1, 1)
-        assert m.throughput_rows_per_s > 0 and 0.3 < m.window_s < 1.0
+        # 3 sub-windows (no growth); each snapshot between them reads every worker's PSS
+        assert m.throughput_rows_per_s > 0 and 0.3 < m.window_s < 2.0 and m.samples == 3
         assert all(0 <= b <= 1 for b in m.busy_frac) and all(0 <= q <= 1 for q in m.queue_fill)
         assert all(c > 0 for c in m.cost_us_per_row) and all(c > 0 for c in m.cpu_s)
         with pytest.raises(AllocationRefused, match="cap 3"):
