@@ -3,6 +3,7 @@ cut pattern and thread shape: what tuners are judged against."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator, Sequence
@@ -13,7 +14,7 @@ import numpy as np
 
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, cut_patterns
-from recperf.ingest.sim.model import PipelineSpec, Segments
+from recperf.ingest.sim.model import HANDOFF_GIL_FRAC, PipelineSpec, Segments, no_copy
 
 Binding = Literal["cores", "max_workers", "memory", "gil", "consumer"]
 
@@ -63,6 +64,50 @@ def shapes(spec: PipelineSpec, k: int) -> Iterator[tuple[int, ...]]:
     return itertools.product(spec.thread_options, repeat=k)
 
 
+@dataclass(frozen=True, slots=True)
+class _Terms:
+    """One segment's part of the LP at one thread count: its worker's µs per row (``worker_us``),
+    its task-µs per row, a worker's memory, its cap and the stage that sets it, its GIL-held
+    µs per row in the consumer's process (0 unless consumer threads)."""
+
+    per: float
+    work: float
+    mem: float
+    cap: int | None
+    cap_stage: str | None
+    consumer_gil: float
+
+
+@functools.lru_cache(maxsize=32)
+def _table(spec: PipelineSpec) -> dict[tuple[int, int, int, bool], _Terms]:
+    """A cache of ``_terms`` per spec (the oracle asks for the same segments many times)."""
+    return {}
+
+
+def _terms(spec: PipelineSpec, seg: tuple[int, int], t: int, copy: bool) -> _Terms:
+    """``_Terms`` of segment ``seg`` run with ``t`` threads, handing on with a copy or not,
+    computed as the model computes them (``segment_costs_us``, ``segment_gil_us``,
+    ``worker_us``, ``segment_memory_mib``: the same bits)."""
+    table = _table(spec)
+    key = (seg[0], seg[1], t, copy)
+    found = table.get(key)
+    if found is not None:
+        return found
+    stages = spec.stages[seg[0] : seg[1]]
+    work = sum(st.cost_us_per_row for st in stages)
+    cost = work + spec.transfer_us_per_row if copy else work
+    gil = sum(st.gil_us_per_row for st in stages) + HANDOFF_GIL_FRAC * (
+        spec.transfer_us_per_row if copy else 0.0
+    )
+    per = max(cost / t, gil) if t >= 2 else cost
+    (cap,) = spec.segment_caps((seg,))
+    stage = None if cap is None else next(st.name for st in stages if st.max_workers == cap)
+    (mem,) = spec.segment_memory_mib((seg,), None if t == 1 else (t,))
+    out = _Terms(per, cost if t == 1 else per * max(1, t), mem, cap, stage, gil if t == 0 else 0.0)
+    table[key] = out
+    return out
+
+
 def pattern_bound(
     spec: PipelineSpec, cuts: Sequence[int] | None, threads: Sequence[int] | None = None
 ) -> Bound:
@@ -75,28 +120,24 @@ def pattern_bound(
     every constraint caps T on its own; T* is the smallest of those caps."""
     segs = segments_of(spec.n_stages, cuts)
     t = _threads(threads, len(segs))
-    costs = spec.segment_costs_us(segs, t)
-    per = spec.worker_us(segs, t)
-    # task-µs per row: the rows/s a segment needs, in tasks (each max(1, T) per worker)
-    work = [x * max(1, ti) for x, ti in zip(per, t, strict=True)]
-    if all(ti == 1 for ti in t):
-        work = list(costs)
+    terms = [
+        _terms(spec, seg, tj, not no_copy(t, j))
+        for j, (seg, tj) in enumerate(zip(segs, t, strict=True))
+    ]
     own = spec.consumer_us_per_row
     limits: list[tuple[float, Binding, str | None]] = [
-        (spec.cores * 1e6 / sum(work), "cores", None)
+        (spec.cores * 1e6 / sum(x.work for x in terms), "cores", None)
     ]
-    for (a, b), c, cap in zip(segs, work, spec.segment_caps(segs), strict=True):
-        if cap is not None:
-            stage = next(s.name for s in spec.stages[a:b] if s.max_workers == cap)
-            limits.append((cap * 1e6 / c, "max_workers", stage))
-    mem = spec.segment_memory_mib(segs, t)
-    mib_per_rate = sum(x * m for x, m in zip(per, mem, strict=True))
+    for x in terms:
+        if x.cap is not None:
+            limits.append((x.cap * 1e6 / x.work, "max_workers", x.cap_stage))
+    mib_per_rate = sum(x.per * x.mem for x in terms)
     free_mib = spec.memory_budget_gib * 1024 - spec.buffer_mib(len(segs))
     if free_mib < 0:
         limits.append((0.0, "memory", None))
     elif mib_per_rate > 0:
         limits.append((free_mib * 1e6 / mib_per_rate, "memory", None))
-    gil = spec.consumer_gil_us(segs, t)
+    gil = sum(x.consumer_gil for x in terms) + (spec.consumer_gil_frac * own if own else 0.0)
     if gil > 0:
         limits.append((1e6 / gil, "gil", None))
     if own > 0:
@@ -104,7 +145,7 @@ def pattern_bound(
     best, binding, binding_stage = min(limits, key=lambda lim: lim[0])
     return Bound(
         throughput_rows_per_s=best,
-        workers=tuple(best * x / 1e6 for x in per),
+        workers=tuple(best * x.per / 1e6 for x in terms),
         binding=binding,
         binding_stage=binding_stage,
         cuts=_normal(spec.n_stages, cuts),
