@@ -336,3 +336,37 @@ def test_a_signal_while_the_cli_imports_is_one_line(
     _interrupt(run, sig)
     _check_interrupted(run, sig)
     assert not (tmp_path / "out" / "summary.json").exists()
+
+
+def _threads_of(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return 0
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_ingest_run_of_thread_workers_interrupted_leaves_nothing(
+    start: Callable[[list[str]], Run],
+    dataset: Path,
+    tmp_path: Path,
+    sig: signal.Signals,
+    threads: int,
+) -> None:
+    """Two worker threads in the consumer's process (no worker process, no shared memory), or
+    two worker processes of two threads each: a signal mid-run unwinds all of it."""
+    run = start(["ingest", "run", "--data", str(dataset), "--seconds", "60", "--cores", "2",
+                 "--threads", str(threads), "--out", str(tmp_path / "out")])  # fmt: skip
+    if threads == 0:  # the main thread, the coordinator and two workers at least; the run
+        # reshapes its allocation once started, so the fused processes it began with retire
+        _work_started(run, lambda: _threads_of(run.proc.pid) >= 4 and not _alive(run.seen), 30,
+                      "worker threads and no worker process")  # fmt: skip
+    else:
+        _work_started(run, lambda: len(run.seen) >= 2 and _shm_of(run.proc.pid), 30,
+                      "worker processes and shared memory")  # fmt: skip
+        assert all(_threads_of(pid) >= 3 for pid in _alive(run.seen)), "two compute threads"
+    _interrupt(run, sig)
+    _check_interrupted(run, sig)
+    assert _shm_of(run.proc.pid) == []
+    assert _tmp_files(tmp_path) == []
