@@ -77,6 +77,28 @@ def test_simulate_toml_spec_and_human_output(tmp_path: Path) -> None:
     assert "p / oracle: 1,000,000 rows/s = 1.000 of the LP bound" in err
 
 
+@pytest.mark.parametrize("tuner", ["plumber", "oracle"])
+def test_simulate_finds_thread_shapes(tuner: str) -> None:
+    code, out, _ = run("ingest", "simulate", "--spec", "threads-2", "--tuner", tuner,
+                       "--budget-s", "10", "--json")  # fmt: skip
+    assert code == 0
+    summary = json.loads(out)
+    # two threads of the consumer's process, the fused chain: the copy into shared memory saved
+    assert summary["allocation"]["label"] == "read+dense+sparse+shuffle+collate x2t"
+    assert summary["fraction_of_oracle"] == pytest.approx(1.0)
+    assert summary["lp_bound_rows_per_s"] == pytest.approx(2e6 / 7.46)
+
+
+def test_a_spec_with_a_bad_gil_fraction_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('cores = 2\nmemory_budget_gib = 1.0\nthread_options = [0, 1]\n[[stage]]\n'
+                    'name = "a"\ncost_us_per_row = 1.0\ngil_frac = 2.0\n')  # fmt: skip
+    code, _, err = run("ingest", "simulate", "--spec", str(path))
+    assert code == 2
+    assert "gil_frac = 2.0 is outside the allowed range [0, 1]" in err
+    assert err.count("\n") == 1
+
+
 @pytest.mark.parametrize(
     ("args", "match"),
     [
