@@ -5,6 +5,7 @@ readings."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from pathlib import Path
@@ -245,3 +246,36 @@ def test_a_spec_without_threads_draws_the_same_noise() -> None:
         ma, mb = a.measure(alloc), b.measure(alloc)
         assert ma.throughput_rows_per_s == mb.throughput_rows_per_s
         assert ma.cost_us_per_row == mb.cost_us_per_row
+
+
+def test_calibrate_reads_gil_consumer_and_hand_off_and_spec_toml_round_trips() -> None:
+    from types import SimpleNamespace
+
+    from recperf.ingest.live.target import calibrate, spec_toml
+    from recperf.ingest.sim.model import spec_from_mapping
+
+    spec = load_spec("threads-2")
+    sim = SimTarget(spec, seed=1, noise=0.0)
+    allocs = [Allocation(workers=(2,), cuts=(), threads=(0,)),  # GIL, no copy
+              Allocation(workers=(1, 1), cuts=(3,), threads=(0, 1)),  # GIL, two copies
+              Allocation(workers=(1, 1, 1, 1, 1))]  # five copies, no GIL  # fmt: skip
+    config = SimpleNamespace(memory_budget_gib=4.0, batch_size=4096, queue_batches=4)
+    pipeline = SimpleNamespace(stage_names=spec.stage_names, cores=2, config=config,
+                               worker_memory_mib=lambda: (1.0,) * 5)  # fmt: skip
+    # the live target's hand-off is the window's, over every copying segment: 0, 2 and 5 us
+    ms = [dataclasses.replace(sim.measure(a), handoff_us_per_row=k * 1.0)
+          for a, k in zip(allocs, (0, 2, 5), strict=True)]  # fmt: skip
+    live = SimpleNamespace(measurements=ms, pipeline=pipeline, max_workers=(None,) * 5,
+                           thread_options=(0, 1, 2, 4))  # fmt: skip
+    got = calibrate(live)  # type: ignore[arg-type]
+    assert [s.gil_frac for s in got.stages] == pytest.approx([s.gil_frac for s in spec.stages])
+    assert [s.cost_us_per_row for s in got.stages] == pytest.approx(
+        [s.cost_us_per_row for s in spec.stages]
+    )
+    assert got.transfer_us_per_row == pytest.approx(1.0)  # per copying segment
+    assert got.consumer_us_per_row == pytest.approx(0.3)
+    assert got.thread_options == (0, 1, 2, 4)
+    import tomllib
+
+    again = spec_from_mapping(tomllib.loads(spec_toml(got)), source="calibrated")
+    assert again == got.with_(name="custom")

@@ -410,6 +410,8 @@ def spec_toml(spec: PipelineSpec) -> str:
         f"consumer_gil_frac = {spec.consumer_gil_frac!r}",
         f"thread_options = {list(spec.thread_options)}",
     ]
+    if spec.memory_mib_per_thread is not None:
+        out.append(f"memory_mib_per_thread = {spec.memory_mib_per_thread!r}")
     for s in spec.stages:
         out += ["", "[[stage]]", f'name = "{s.name}"', f"cost_us_per_row = {s.cost_us_per_row!r}"]
         if s.max_workers is not None:
