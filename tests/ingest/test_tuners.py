@@ -252,6 +252,8 @@ def test_static_config_is_validated(field: str, value: float) -> None:
         (Intune, "updates_per_step", -1),
         (Intune, "prior_windows", -1.0),
         (Intune, "patterns", 0),
+        (Intune, "shape_windows", 101),
+        (Intune, "shapes", 0),
         (Autotune, "ram_fraction", 0.0),
         (Plumber, "oversubscribe", 0.5),
         (Oracle, "max_total", 0),
@@ -551,3 +553,19 @@ def test_the_measured_model_reads_gil_and_thread_memory() -> None:
     # without a window of several threads the GIL fractions stay at the conservative default
     plain = measured_spec(target, [target.measure(Allocation(workers=(2,), cuts=()), 1.0)])
     assert all(s.gil_frac == 1.0 for s in plain.stages)
+
+
+def test_intune_finds_threads_in_its_last_stage_only() -> None:
+    # the agent's actions move worker processes; the shape stage measures the model's best
+    # thread shapes of its choice (after a GIL probe) and keeps the best measured
+    spec = load_spec("threads-2")
+    plain = Intune(IntuneConfig(shape_windows=0)).tune(SimTarget(spec, seed=3), 40.0, seed=3)
+    assert plain.allocation.threads is None
+    r = Intune().tune(SimTarget(spec, seed=3), 40.0, seed=3)
+    assert r.allocation == sim.oracle(spec)
+    # the kept windows: the agent's choice again, a GIL probe (two consumer threads), the other
+    # shapes of the fused chain (a process of 2 and of 4 threads), confirmations
+    kept = r.history[-8:]
+    assert kept[0].allocation.threads is None
+    assert [s.allocation.threads for s in kept[1:4]] == [(0,), (2,), (4,)]
+    assert r.tuning_s == pytest.approx(40.0) and r.steps == plain.steps

@@ -226,9 +226,10 @@ class Intune:
         probe_gil(slog)
         model = measured_spec(target, [*log.measurements, *slog.measurements], name="intune")
         limit = ienv.max_total(target.cores, len(target.stage_names))
-        for _, alloc in shape_optima(model, result.allocation.cuts, limit)[: self.config.shapes]:
-            if slog.fits_memory(alloc):
-                slog.measure(alloc)
+        fresh = [a for _, a in shape_optima(model, result.allocation.cuts, limit)
+                 if not slog.count(a) and slog.fits_memory(a)]  # fmt: skip
+        for alloc in fresh[: self.config.shapes]:
+            slog.measure(alloc)
         if not slog.history:
             return result
         best = pick_inflight(slog, slog.best())
