@@ -86,9 +86,7 @@ class Pipeline:
         self._maps = SlotMaps(self.dispatcher.slot_bytes)
         self._dirty = True
         self._last_t = time.monotonic()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wake_r = self._wake_w = -1  # the coordinator's self-pipe, made by start()
 
     @property
     def allocation(self) -> Allocation:
@@ -140,6 +138,8 @@ class Pipeline:
             return out
 
     def _wake(self) -> None:
+        if self._wake_w < 0:
+            return  # not started: the coordinator's first step applies everything
         with contextlib.suppress(BlockingIOError, OSError):
             os.write(self._wake_w, b"x")
 
@@ -149,6 +149,9 @@ class Pipeline:
         if self._started:
             return self
         sweep_stale_items()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._started = True
         self._last_t = time.monotonic()
         # Worker processes are forked by the coordinator thread only: it lives as long as the
@@ -173,9 +176,12 @@ class Pipeline:
         self.dispatcher.ring.unlink()
         for path in items.SHM_DIR.glob(f"{self._prefix}-*"):
             items.unlink_quietly(str(path))
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        with self._lock:  # a late resize must not write into a reused descriptor
+            for fd in (self._wake_r, self._wake_w):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+            self._wake_r = self._wake_w = -1
 
     def __enter__(self) -> Pipeline:
         return self.start()
