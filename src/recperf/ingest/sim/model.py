@@ -196,10 +196,6 @@ class PipelineSpec:
             return alloc.segment_threads()
         return (1,) * len(alloc)
 
-    @staticmethod
-    def _no_copy(threads: Sequence[int], j: int) -> bool:
-        return no_copy(threads, j)
-
     def segment_costs_us(
         self, segs: Segments, threads: Sequence[int] | None = None
     ) -> tuple[float, ...]:
@@ -209,7 +205,7 @@ class PipelineSpec:
         out = []
         for j, (a, b) in enumerate(segs):
             work = sum(s.cost_us_per_row for s in self.stages[a:b])
-            out.append(work if self._no_copy(t, j) else work + self.transfer_us_per_row)
+            out.append(work if no_copy(t, j) else work + self.transfer_us_per_row)
         return tuple(out)
 
     def segment_gil_us(self, segs: Segments, threads: Sequence[int]) -> tuple[float, ...]:
@@ -217,7 +213,7 @@ class PipelineSpec:
         out = []
         for j, (a, b) in enumerate(segs):
             held = sum(s.gil_us_per_row for s in self.stages[a:b])
-            copy = 0.0 if self._no_copy(threads, j) else self.transfer_us_per_row
+            copy = 0.0 if no_copy(threads, j) else self.transfer_us_per_row
             out.append(held + HANDOFF_GIL_FRAC * copy)
         return tuple(out)
 
