@@ -19,7 +19,7 @@ from recperf.core.config import from_mapping
 from recperf.core.errors import ConfigError
 from recperf.core.progress import progress_from_first_update
 from recperf.ingest.base import MAX_INFLIGHT, MAX_THREADS
-from recperf.ingest.data.limits import FORMATS, MAX_ROWS
+from recperf.ingest.data.limits import BUNDLED_SPECS, FORMATS, MAX_ROWS
 
 app = typer.Typer(
     help="DLRM training-data ingestion: data, the live pipeline, tuners.", no_args_is_help=True
@@ -88,9 +88,7 @@ def generate_cmd(
 )  # fmt: skip
 def simulate_cmd(
     settings: Settings,
-    spec: str = typer.Option(
-        ..., help="Bundled spec (criteo-16, udf-64, membound-128, live-2, udfcut-4) or TOML."
-    ),
+    spec: str = typer.Option(..., help=f"Bundled spec ({', '.join(BUNDLED_SPECS)}) or TOML."),
     tuner: str = typer.Option("intune", help="Tuner name or package.module:attr."),
     seed: int = typer.Option(0, help="Seed of the tuner and the simulated measurement noise."),
     budget_s: float = typer.Option(

@@ -47,15 +47,6 @@ SUBWINDOW_S = 0.5
 """``run`` states its throughput over sub-windows of about this length (at least 3)."""
 
 
-def allocation_json(alloc: Allocation, names: Sequence[str]) -> dict[str, Any]:
-    """``allocation_summary`` with each segment's threads and the in-flight requests."""
-    return {
-        **allocation_summary(alloc, names),
-        "threads": list(alloc.segment_threads()),
-        "inflight": alloc.inflight,
-    }
-
-
 def confidence_json(m: Measurement) -> dict[str, Any]:
     """How sure a live measurement is: its 90% interval (None if it stated none), the
     sub-windows it was estimated from and the other load on the machine (None: unknown)."""
@@ -175,7 +166,7 @@ def _run_summary(p: Pipeline, snaps: Sequence[Snapshot], load: float) -> dict[st
     rates = subwindow_rates(snaps, p.allocation)
     return {
         "stages": list(p.stage_names),
-        "allocation": allocation_json(p.allocation, p.stage_names),
+        "allocation": allocation_summary(p.allocation, p.stage_names),
         "cores": p.cores,
         "batch_size": p.config.batch_size,
         "throughput_rows_per_s": m.throughput_rows_per_s,
@@ -281,7 +272,7 @@ def tune(
             "seed": seed,
             "cores": p.cores,
             "stages": list(names),
-            "allocation": allocation_json(result.allocation, names),
+            "allocation": allocation_summary(result.allocation, names),
             "throughput_rows_per_s": final.throughput_rows_per_s,
             **confidence_json(final),
             "tuning_other_load_cores": _mean_load(target.measurements[:-1]),

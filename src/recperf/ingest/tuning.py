@@ -20,7 +20,8 @@ MAX_SIM_BUDGET_S = 100_000.0
 
 def allocation_summary(alloc: Allocation, stage_names: Sequence[str]) -> dict[str, Any]:
     """An allocation as JSON: its segments (stages and workers), cut points, per-segment worker
-    list and a one-line label such as ``read+dense x2 | collate x1``."""
+    and thread lists, the in-flight storage requests (0: the configured default) and a one-line
+    label such as ``read+dense x2 | collate x1``."""
     n = len(stage_names)
     segs = alloc.segments(n)
     return {
@@ -30,6 +31,8 @@ def allocation_summary(alloc: Allocation, stage_names: Sequence[str]) -> dict[st
         ],
         "cuts": list(alloc.cut_points(n)),
         "workers": list(alloc.workers),
+        "threads": list(alloc.segment_threads()),
+        "inflight": alloc.inflight,
         "label": alloc.label(stage_names),
     }
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from recperf.core.config import check_range, from_mapping, load_toml
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, check_threads, segment_caps
+from recperf.ingest.data.limits import BUNDLED_SPECS
 
 MIB = 2**20
 GIB = 2**30
@@ -407,7 +408,7 @@ def spec_from_mapping(data: Mapping[str, Any], source: str = "spec") -> Pipeline
     return _build(PipelineSpec, {**top, "stages": tuple(stages)}, source)
 
 
-BUNDLED = ("criteo-16", "udf-64", "membound-128", "live-2", "udfcut-4", "threads-2")
+BUNDLED = BUNDLED_SPECS
 
 
 def load_spec(spec: str | Path) -> PipelineSpec:
