@@ -380,7 +380,7 @@ def test_bad_config_is_one_clear_error(parquet_dir: Path) -> None:
             st_h.tuples(
                 st_h.just("resize"), st_h.lists(st_h.integers(1, 3), min_size=5, max_size=5)
             ),
-            st_h.tuples(st_h.just("cut"), st_h.integers(0, 63)),
+            st_h.tuples(st_h.just("cut"), st_h.integers(0, 2**18 - 1)),
             st_h.tuples(st_h.just("kill"), st_h.integers(0, 99)),
         ),
         max_size=8,
@@ -402,13 +402,17 @@ def test_no_row_lost_or_duplicated_under_any_resize_and_kill_schedule(
                 kind, arg = todo.pop(0)
                 if kind == "resize":
                     p.resize(list(arg)[:n_stages])  # type: ignore[call-overload]
-                elif kind == "cut":  # a random cut pattern, 1..2 workers per segment
+                elif kind == "cut":  # a random cut pattern, 1..2 workers per segment, each
+                    # segment's workers consumer threads (0) or processes of 1 or 2 threads
                     bits = int(arg)  # type: ignore[call-overload]
                     cuts = tuple(i for i in range(1, n_stages) if bits >> i & 1)
                     ws = tuple(1 + (bits >> k & 1) for k in range(len(cuts) + 1))
-                    p.resize(Allocation(workers=ws, cuts=cuts))
+                    ts = tuple(min(2, bits >> (6 + 2 * k) & 3) for k in range(len(cuts) + 1))
+                    p.resize(Allocation(workers=ws, cuts=cuts, threads=ts))
                 else:
                     pids = sorted(pid for v in p.worker_pids().values() for pid in v)
+                    if not pids:
+                        continue  # consumer threads only: nothing to kill
                     with contextlib.suppress(ProcessLookupError):  # dead, not yet reaped
                         os.kill(pids[int(arg) % len(pids)], signal.SIGKILL)  # type: ignore[call-overload]
     assert_exactly_once(out, reference(parquet_dir))
