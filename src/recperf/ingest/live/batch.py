@@ -156,7 +156,8 @@ class StageCounters:
     memory_bytes: float
     """Its workers' proportional memory (PSS) plus its input buffer, bytes, now."""
     wall_s: float = 0.0
-    """Wall seconds its tasks spent in it, storage waits excluded."""
+    """Wall seconds its tasks spent in it, storage waits and waits for a CPU excluded (what is
+    left beyond ``cpu_s`` is time blocked, e.g. waiting for the GIL)."""
     restarts: int
     """Workers that died unasked (killed or crashed; their task is redone), each replaced
     unless it was being retired."""

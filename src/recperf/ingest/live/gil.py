@@ -10,7 +10,9 @@ consumer's process),
     g = 1 / (N_busy * cpu / wall), clipped to [0, 1],
 
 with N_busy = the segment's busy wall / (processes * window) (the average busy threads of one
-of its processes) and cpu / wall over the segment's stages (storage waits are not in the wall).
+of its processes) and cpu / wall over the segment's stages (storage waits are not in the wall,
+nor the time a runnable thread waited for a CPU, so other load on the machine does not pass for
+GIL contention; with no contention at all the estimate is 1 / N_busy, its upper bound).
 The segment's GIL time g * cpu is shared among its stages by their share of (wall - cpu), the
 time their threads spent runnable but not running (waiting for the GIL shows there), and each
 stage's fraction is its GIL time over its CPU. A stage run by single-threaded workers only, or

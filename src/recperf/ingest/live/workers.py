@@ -92,7 +92,7 @@ class DoneMsg:
     handoff_cpu_s: float
     """CPU spent mapping the input and writing the output."""
     stage_wall_s: tuple[float, ...] = ()
-    """Wall time per stage, storage waits excluded."""
+    """Wall time per stage, storage waits and waits for a CPU (other load) excluded."""
     local: tuple[Columns, ...] = ()
     """The output batches as Python objects (consumer threads only; never pickled)."""
 
@@ -140,6 +140,22 @@ def _fetch(split: st.Split, latency_s: float) -> tuple[bytes | None, float]:
 
 
 Fetched = list[Future[tuple[bytes | None, float]]]
+
+
+def run_delay_s() -> float:
+    """Seconds this thread has spent runnable but waiting for a CPU (Linux schedstat; 0 where
+    unknown): on a machine shared with other load, wall time minus this is the time a thread ran
+    or was blocked (e.g. waiting for the GIL), which the GIL estimate needs."""
+    try:
+        fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+    except OSError:
+        return 0.0
+    try:
+        return int(os.read(fd, 128).split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    finally:
+        os.close(fd)
 
 
 def _apply(
@@ -201,6 +217,7 @@ def run_task(
     else:
         cols = [] if msg.source is None else items.unpack(items.read_item(msg.source))
     handoff = time.thread_time() - t
+    delay = run_delay_s()
     for i in range(msg.start, work.stop):
         t, w0, waited = time.thread_time(), time.perf_counter(), 0.0
         if work.stages[i] == "read":
@@ -211,7 +228,8 @@ def run_task(
             rows[i] = sum(len(c["row_id"]) for c in cols)
             cols = _apply(work, work.stages[i], cols, msg.seqs)
         cpu[i] += time.thread_time() - t
-        wall[i] = time.perf_counter() - w0 - waited
+        delay, before = run_delay_s(), delay
+        wall[i] = max(0.0, time.perf_counter() - w0 - waited - (delay - before))
     t = time.thread_time()
     out: ItemRef | None = None
     layouts: tuple[Layout, ...] = ()
