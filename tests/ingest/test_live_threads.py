@@ -231,3 +231,19 @@ def test_a_window_with_consumer_threads_estimates_their_gil(data: Path) -> None:
         assert g != g or 0.0 <= g <= 1.0
     assert not list(items.SHM_DIR.glob(f"{prefix}-*"))
     assert _gone()
+
+
+def test_a_failed_hand_off_from_consumer_threads_to_a_process_stops_the_run(
+    data: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from recperf.core.errors import RecperfError
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise RecperfError("/dev/shm is full (test)")
+
+    monkeypatch.setattr(items, "write_item", full)
+    alloc = Allocation(workers=(2, 1), cuts=(3,), threads=(0, 1))
+    with pytest.raises(RecperfError, match="is full"), Pipeline(data, CFG, allocation=alloc) as p:
+        for _ in p:
+            pass
+    assert _gone()

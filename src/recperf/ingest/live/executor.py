@@ -253,10 +253,21 @@ class Pipeline:
         with self._lock:
             if self._closed:
                 return
-            self._on_reply(w, msg)
-            if self._error is None:
-                self.dispatcher.dispatch(self.pool.workers)
+            try:
+                self._on_reply(w, msg)
+            except Exception as exc:  # e.g. a full /dev/shm: the run stops with it
+                self._error = self._error or exc
+            self._dispatch()
             self._lock.notify_all()
+
+    def _dispatch(self) -> None:
+        """Dispatch from a worker thread or the consumer (under the lock): an error (e.g. a full
+        /dev/shm while handing a chunk to a process) stops the run instead of this thread."""
+        if self._error is None:
+            try:
+                self.dispatcher.dispatch(self.pool.workers)
+            except Exception as exc:
+                self._error = exc
 
     # -- consuming ----------------------------------------------------------------------------
 
@@ -290,7 +301,7 @@ class Pipeline:
                 self._lock.wait(timeout=0.5)
                 t_cpu = time.thread_time()
             if out.cols is not None:
-                d.dispatch(self.pool.workers)  # its output room is free
+                self._dispatch()  # its output room is free
         batch = self._batch(out)
         with self._lock:
             d.rows_out += batch.size
@@ -316,7 +327,7 @@ class Pipeline:
         with self._lock:
             if not self._closed:
                 self.dispatcher.ring.give_back([slot])
-                self.dispatcher.dispatch(self.pool.workers)
+                self._dispatch()
                 self._lock.notify_all()
 
     # -- metrics ------------------------------------------------------------------------------
