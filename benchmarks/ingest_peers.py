@@ -20,9 +20,11 @@ Peers (the PEERS registry below; add one there, e.g. recperf's own pipeline):
   ``.to(ProcessPoolExecutorConfig)`` region).
 
 The per-task work of the DataLoader, torchdata.nodes and SPDL peers parses with pyarrow (engine
-``arrow``, the default and the faster on one core: 1.4-1.5 against 2.0-2.1 us/row on TSV, 0.8
-against 1.5-1.6 on Parquet); the earlier polars parsing stays as an engine a variant may name
-(``thread-polars``, ``process-polars``, DataLoader ``polars``), outside the sweep's grid.
+``arrow``, the default and the faster on both formats: read, transform, collate and wrap as torch
+on one core, 1.4-1.7 us/row against polars' 1.9-2.2 on TSV and 0.8-0.9 against 1.5-2.0 on
+Parquet, interleaved on a loaded 2-core machine); the polars version stays as an engine a variant
+names (``thread-polars``, ``process-polars``, the DataLoader's ``polars``), outside the sweep's
+grid.
 
     python benchmarks/ingest_peers.py --check                       # every peer vs a reference
     python benchmarks/ingest_peers.py run --peer dataloader --workers 2 \\
