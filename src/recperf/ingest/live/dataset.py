@@ -4,8 +4,10 @@
     for batch in recperf.ingest.batches("data/criteo", PipelineConfig(batch_size=4096)):
         loss = model(batch.dense, batch.kjt(), batch.labels)   # instead of: for batch in loader
 
-Batches are views into the pipeline's shared-memory ring; a slot is reused once its Batch is
-dropped. ``copy=True`` gives batches that own their memory (about 0.05 µs per row more)."""
+Batches from worker processes are views into the pipeline's shared-memory ring; a slot is reused
+once its Batch is dropped. ``copy=True`` gives batches that own their memory (about 0.05 µs per
+row more); batches made by threads of the consumer's process (an allocation's threads = 0)
+always own theirs."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from recperf.ingest.live.executor import Pipeline
 
 
 class PipelineDataset(IterableDataset[Batch]):
-    """Each ``iter()`` starts a pipeline over ``data`` (its own worker processes) and closes it
+    """Each ``iter()`` starts a pipeline over ``data`` (its own workers) and closes it
     when the iteration ends or is abandoned. ``allocation``: ``fused`` (one segment, a worker
     per core; the default), ``even``, ``auto`` (a short live tuning first, ``tune_s`` seconds
     with ``tuner``) or an Allocation."""
