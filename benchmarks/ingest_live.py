@@ -1,10 +1,13 @@
 """The live pipeline against the tools people already use, side by side in one sitting: recperf
-(tuned: ``--alloc auto``; fused; the even split) against a well-written PyTorch DataLoader (best
+(tuned: ``--alloc auto``; its best fixed allocation: fused processes, consumer threads, one
+process of threads, the even split) against a well-written PyTorch DataLoader (best
 num_workers of 0-4), torchdata.nodes, tf.data AUTOTUNE and SPDL, on the same 1M generated rows
 (TSV and Parquet, 8 shards), the same transforms, with and without shuffle, and with 20 ms
-emulated reads. Every configuration runs in a fresh process under one harness (rows/s, cores
-used, peak PSS of the process tree; ``benchmarks/ingest_peers.py``): each peer's configurations
-are screened once, then the best of each is re-measured in interleaved rounds; medians.
+emulated reads; and the decode kernels' bound (``ingest_decode.py`` on one core, times the
+cores) measured in the same sitting. Every configuration runs in a fresh process under one
+harness (rows/s, cores used, peak PSS of the process tree; ``benchmarks/ingest_peers.py``): each
+peer's configurations are screened once, then the best of each is re-measured in interleaved
+rounds; medians.
 
     python benchmarks/ingest_live.py --out benchmarks/results/ingest_live.json
 """
@@ -13,8 +16,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
-import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,8 +29,7 @@ import ingest_peers
 from recperf.ingest.data.criteo import GenerateConfig, generate
 
 SETTINGS = ("tsv", "tsv+shuffle", "parquet", "parquet+shuffle", "parquet+20ms")
-PEERS = ("recperf", "recperf_fused", "recperf_even", "dataloader", "torchdata_nodes", "tfdata",
-         "spdl")  # fmt: skip
+PEERS = ("recperf", "recperf_fixed", "dataloader", "torchdata_nodes", "tfdata", "spdl")
 PACKAGED = Path(__file__).resolve().parent.parent / "src/recperf/data/ingest/bench_live.json"
 
 
@@ -102,6 +105,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--warmup-s", type=float, default=2.0)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument(
+        "--cores",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="cores the decode bound counts (this machine's)",
+    )
+    ap.add_argument("--decode-repeats", type=int, default=3)
     ap.add_argument("--screen-s", type=float, default=2.5)
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/ingest_live.json"))
     ap.add_argument("--figure", type=Path, default=Path("benchmarks/figures/ingest_live.png"))
@@ -109,6 +119,9 @@ def main() -> None:
                     help="copy the results into recperf/data/ingest for the report")  # fmt: skip
     args = ap.parse_args()
     ensure_data(args.data_root, args.rows, args.shards)
+    print("decode bound: benchmarks/ingest_decode.py on core 0", file=sys.stderr)
+    bound = decode_bound(args.data_root, args.cores, args.decode_repeats)
+    print(json.dumps(bound), file=sys.stderr)
     raw = args.out.with_name(args.out.stem + "_runs.json")
     t0 = time.monotonic()
     ingest_peers.main(
@@ -128,7 +141,8 @@ def main() -> None:
         "reps": args.reps,
         "wall_s": time.monotonic() - t0,
         "settings": by_setting,
-        "targets": targets(by_setting),
+        "decode_bound": bound,
+        "targets": targets(by_setting, bound),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
@@ -139,26 +153,49 @@ def main() -> None:
     plot(by_setting, args.figure)
 
 
-def targets(by_setting: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The issue's targets, as measured: tuned / best DataLoader, tuned / even split, and the
-    Parquet rows/s."""
+def decode_bound(root: Path, cores: int, repeats: int) -> dict[str, Any]:
+    """The decode kernels' cost per row on one core (``ingest_decode.py`` pinned to core 0, in
+    this sitting) and the bound it puts on ``cores`` cores, per format."""
+    out = root / "decode.json"
+    cmd = [sys.executable, str(Path(__file__).with_name("ingest_decode.py")), "--data", str(root),
+           "--repeats", str(repeats), "--out", str(out)]  # fmt: skip
+    if shutil.which("taskset"):
+        cmd = ["taskset", "-c", "0", *cmd]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    res = json.loads(out.read_text())["results"]
+    return {
+        r["format"]: {
+            "us_per_row_one_core": r["total_us_per_row"],
+            "bound_rows_per_s": cores * 1e6 / r["total_us_per_row"],
+        }
+        for r in res
+        if r["impl"] == "new"
+    }
+
+
+def targets(by_setting: dict[str, dict[str, Any]], bound: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, as measured: tuned / the best peer (>= 1.1), tuned / recperf's best
+    fixed allocation (>= 0.95), tuned / the decode bound of its format (>= 0.85, settings without
+    storage latency), and peak PSS against the best peer's."""
     out: dict[str, Any] = {}
     for s, rows in by_setting.items():
-        ours = rows.get("recperf", {}).get("rows_per_s")
-        dl = rows.get("dataloader", {}).get("rows_per_s")
-        even = rows.get("recperf_even", {}).get("rows_per_s")
-        peers = [r["rows_per_s"] for p, r in rows.items()
-                 if not p.startswith("recperf") and r.get("rows_per_s")]  # fmt: skip
+        ours = rows.get("recperf", {})
+        rate = ours.get("rows_per_s")
+        peers = [r for p, r in rows.items() if not p.startswith("recperf") and r.get("rows_per_s")]
+        best = max(peers, key=lambda r: r["rows_per_s"]) if peers else None
+        fixed = rows.get("recperf_fixed", {}).get("rows_per_s")
+        fmt = s.split("+")[0]
+        b = bound.get(fmt, {}).get("bound_rows_per_s") if "ms" not in s else None
         out[s] = {
-            "tuned_rows_per_s": ours,
-            "over_best_dataloader": ours / dl if ours and dl else None,
-            "over_best_peer": ours / max(peers) if ours and peers else None,
-            "over_even_split": ours / even if ours and even else None,
+            "tuned_rows_per_s": rate,
+            "best_peer": best["peer"] if best else None,
+            "over_best_peer": rate / best["rows_per_s"] if rate and best else None,
+            "over_best_fixed": rate / fixed if rate and fixed else None,
+            "best_fixed": rows.get("recperf_fixed", {}).get("variant"),
+            "of_decode_bound": rate / b if rate and b else None,
+            "peak_pss_mib": ours.get("peak_pss_mib"),
+            "best_peer_peak_pss_mib": best["peak_pss_mib"] if best else None,
         }
-    out["parquet_rows_per_s_median"] = statistics.median(
-        [v["tuned_rows_per_s"] for k, v in out.items() if k.startswith("parquet")
-         and "ms" not in k and v["tuned_rows_per_s"]] or [0.0]
-    )  # fmt: skip
     return out
 
 

@@ -919,7 +919,12 @@ def make_spdl(cfg: RunConfig) -> Iterator[Any]:
 
 def make_recperf(cfg: RunConfig) -> Iterator[Any]:
     """variant = the allocation: ``auto`` (plumber tunes 8 s live first, as ``ingest run
-    --alloc auto``), ``intune`` (intune for 30 s), ``fused`` or ``even``; workers = its cores."""
+    --alloc auto``), ``intune`` (intune for 30 s), or a fixed one: ``fused`` (the chain in one
+    segment of ``workers`` single-threaded processes), ``threads`` (``workers`` threads of the
+    consumer's process), ``proc-threads`` (one process of ``workers`` threads) or ``even``
+    (every stage its own segment, the cores dealt round-robin); auto and even get ``workers``
+    cores."""
+    from recperf.ingest.base import Allocation
     from recperf.ingest.live.batch import PipelineConfig
     from recperf.ingest.live.dataset import PipelineDataset
 
@@ -931,8 +936,15 @@ def make_recperf(cfg: RunConfig) -> Iterator[Any]:
         read_latency_ms=cfg.latency_ms,
     )
     tuner, tune_s = ("intune", 30.0) if cfg.variant == "intune" else ("plumber", 8.0)
-    alloc = "auto" if cfg.variant in ("auto", "intune") else cfg.variant
-    ds = PipelineDataset(cfg.data, pc, alloc, cores=cfg.workers or None, tuner=tuner, tune_s=tune_s)
+    fixed = {
+        "fused": Allocation(workers=(cfg.workers,), cuts=()),
+        "threads": Allocation(workers=(cfg.workers,), cuts=(), threads=(0,)),
+        "proc-threads": Allocation(workers=(1,), cuts=(), threads=(cfg.workers,)),
+    }
+    alloc: Any = "auto" if cfg.variant in ("auto", "intune") else cfg.variant
+    alloc = fixed.get(alloc, alloc)
+    cores = cfg.workers if alloc in ("auto", "even") else None
+    ds = PipelineDataset(cfg.data, pc, alloc, cores=cores, tuner=tuner, tune_s=tune_s)
     return iter(ds)
 
 
@@ -968,8 +980,13 @@ PEERS: dict[str, Peer] = {
         rows_of=_recperf_rows,
         note="recperf.ingest.PipelineDataset, --alloc auto (8 s of live plumber tuning first)",
     ),
-    "recperf_fused": Peer(make_recperf, variants=("fused",), workers=(2,), rows_of=_recperf_rows),
-    "recperf_even": Peer(make_recperf, variants=("even",), workers=(2,), rows_of=_recperf_rows),
+    "recperf_fixed": Peer(
+        make_recperf,
+        variants=("fused", "threads", "proc-threads", "even"),
+        workers=(2, 3),
+        rows_of=_recperf_rows,
+        note="recperf's own fixed allocations (the best of them is what --alloc auto must find)",
+    ),
     "dataloader": Peer(
         make_dataloader,
         workers=(0, 1, 2, 3, 4),

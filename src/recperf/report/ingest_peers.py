@@ -16,10 +16,11 @@ from recperf.report.ingest_live import KEY
 from recperf.report.section import LAYOUT, color_of, figure_html, plot_title
 
 BUNDLED = "data/ingest/bench_live.json"
-ORDER = ("recperf", "recperf_fused", "recperf_even", "dataloader", "torchdata_nodes", "tfdata",
-         "spdl")  # fmt: skip
+ORDER = ("recperf", "recperf_fixed", "recperf_fused", "recperf_even", "dataloader",
+         "torchdata_nodes", "tfdata", "spdl")  # fmt: skip
 LABELS = {
     "recperf": "recperf (tuned, --alloc auto)",
+    "recperf_fixed": "recperf, best fixed allocation",
     "recperf_fused": "recperf fused",
     "recperf_even": "recperf even split",
     "dataloader": "PyTorch DataLoader",
