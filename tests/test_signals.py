@@ -358,10 +358,9 @@ def test_ingest_run_of_thread_workers_interrupted_leaves_nothing(
     two worker processes of two threads each: a signal mid-run unwinds all of it."""
     run = start(["ingest", "run", "--data", str(dataset), "--seconds", "60", "--cores", "2",
                  "--threads", str(threads), "--out", str(tmp_path / "out")])  # fmt: skip
-    if threads == 0:  # the main thread, the coordinator and two workers at least; the run
-        # reshapes its allocation once started, so the fused processes it began with retire
-        _work_started(run, lambda: _threads_of(run.proc.pid) >= 4 and not _alive(run.seen), 30,
-                      "worker threads and no worker process")  # fmt: skip
+    if threads == 0:  # the main thread, the coordinator and two workers at least
+        _work_started(run, lambda: _threads_of(run.proc.pid) >= 4, 30, "worker threads")
+        assert not _alive(run.seen), "no worker process: the shape is applied before the start"
     else:
         _work_started(run, lambda: len(run.seen) >= 2 and _shm_of(run.proc.pid), 30,
                       "worker processes and shared memory")  # fmt: skip

@@ -47,12 +47,14 @@ class Scripted:
     taken: int = 0
     t: float = 0.0
     rows: int = 0
+    memory_reads: int = 0
 
     def __iter__(self) -> Iterator[int]:
         while True:
             yield 0
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, memory: bool = True) -> Snapshot:
+        self.memory_reads += memory
         if self.taken:
             self.rows += int(self.rates[min(self.taken - 1, len(self.rates) - 1)])
             self.t += 1.0
@@ -81,9 +83,11 @@ def test_repeated_measurement_states_the_t_interval_of_sub_window_rates() -> Non
 
 
 def test_a_steady_pipeline_is_measured_in_the_window_asked_for() -> None:
-    t, _ = target([1000.0])
+    t, p = target([1000.0])
+    reads = p.memory_reads
     m = t.measure(Allocation(workers=(1, 1)), 0.04)
     assert m.samples == 4 and m.throughput_ci == (1000.0, 1000.0)
+    assert p.memory_reads - reads == 2  # the workers' memory is read before and after only
     assert m.throughput_rows_per_s == 1000.0 and t.measurements == [m]
     assert math.isnan(m.other_load_cores) or m.other_load_cores >= 0
 

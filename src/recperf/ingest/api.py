@@ -134,9 +134,10 @@ def run(
         t0 = time.monotonic()
         allocation = auto_allocation(data, config, cores=cores)
         tuned_s = time.monotonic() - t0
-    with Pipeline(data, cfg, allocation=allocation, cores=cores) as p:
-        if threads is not None or inflight is not None:
-            p.resize(shaped(p.allocation, threads, inflight))  # before start: nothing runs yet
+    p = Pipeline(data, cfg, allocation=allocation, cores=cores)
+    if threads is not None or inflight is not None:
+        p.resize(shaped(p.allocation, threads, inflight))  # before start: nothing runs yet
+    with p:
         it = iter(p)
         t_end = time.monotonic() + warmup_s
         while time.monotonic() < t_end:
@@ -201,7 +202,7 @@ def _timed(
             next(it)
             if progress is not None:
                 progress(min(1.0, (now - t0) / seconds))
-        snaps.append(p.snapshot())
+        snaps.append(p.snapshot(memory=k == n))  # the workers' memory read at the end only
     return snaps, hostload.other_load_cores(load_a, hostload.sample())
 
 

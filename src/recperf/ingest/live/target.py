@@ -238,14 +238,16 @@ class LiveTarget:
         snaps = [self.pipeline.snapshot()]
         while True:
             self._consume(sub)
-            snaps.append(self.pipeline.snapshot())
+            snaps.append(self.pipeline.snapshot(memory=False))
             if len(snaps) - 1 < n:
                 continue
             m = repeated_measurement(snaps, alloc)
             if len(snaps) - 1 >= most or self._confident(m):
                 break
         load = hostload.other_load_cores(load_a, hostload.sample())
-        return replace(m, other_load_cores=load), snaps[-1].peak_memory_bytes
+        full = self.pipeline.snapshot()  # the workers' memory, read once more after the window
+        mem = max(m.memory_bytes, full.memory_bytes)
+        return replace(m, other_load_cores=load, memory_bytes=mem), full.peak_memory_bytes
 
     def _confident(self, m: Measurement) -> bool:
         """The interval's half-width is within ``rel_tol`` of the throughput."""
