@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,12 @@ def test_a_stage_that_releases_the_gil_scales_with_threads() -> None:
     got = [spec.throughput(fused(t)) for t in (1, 2, 4, 8)]
     assert got == pytest.approx([1e5, 2e5, 4e5, 8e5])
     assert one(0.1, cores=16).throughput(fused(16 // 2, 2)) == pytest.approx(16e5)
-    assert spec.with_(thread_options=(1, 16)).throughput(fused(16)) == pytest.approx(5e5)  # 8 cores
+    # 16 threads on 8 cores: at most 10 run (the others wait for the GIL, using no core), so
+    # the 8 cores are the limit (8e5) and the GIL, busy 0.8 of the time, is not
+    assert spec.with_(thread_options=(1, 16)).throughput(fused(16)) == pytest.approx(8e5)
+    # a GIL-bound process on too few cores: 1 us of every 2 holds the GIL, 2 cores run 2
+    half = one(0.5, cores=2).with_(thread_options=(1, 2, 4))
+    assert half.throughput(fused(4)) == pytest.approx(half.throughput(fused(2)))
 
 
 def test_a_pure_python_stage_does_not_scale_with_threads() -> None:
@@ -105,8 +111,13 @@ def test_thread_memory_and_tasks() -> None:
         == (2 * (100 + 3 * 16) + 16 + 8) * mib
     )
     assert spec.with_(memory_mib_per_thread=1.0).memory_bytes(fused(0, 3)) == 3 * mib
-    assert spec.tasks(Allocation(workers=(2, 3), threads=(4, 0))) == 11
-    assert spec.contention(Allocation(workers=(2, 3), threads=(4, 0))) == pytest.approx(4 / 11)
+    # a's stages hold the GIL all the time (gil_frac 1): one of a process's 4 threads runs
+    assert spec.tasks(Allocation(workers=(2, 3), threads=(4, 0))) == 5
+    assert spec.contention(Allocation(workers=(2, 3), threads=(4, 0))) == pytest.approx(4 / 5)
+    # holding it a quarter of the time, all 4 can run: 2 x 4 + 3
+    quarter = spec.with_(stages=tuple(replace(s, gil_frac=0.25) for s in stages))
+    assert quarter.tasks(Allocation(workers=(2, 3), threads=(4, 0))) == 11
+    assert quarter.contention(Allocation(workers=(2, 3), threads=(4, 0))) == pytest.approx(4 / 11)
     assert not spec.fits(Allocation(workers=(1, 1), threads=(4, 1)))
 
 

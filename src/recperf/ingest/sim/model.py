@@ -275,13 +275,29 @@ class PipelineSpec:
         """e.g. ``read+dense``."""
         return "+".join(s.name for s in self.stages[seg[0] : seg[1]])
 
-    def tasks(self, alloc: AllocLike) -> int:
-        """Tasks competing for the cores: every worker thread (``Allocation.total``; the
-        consumer's own thread is not counted, as before threads: it limits only through
-        ``consumer_limit``)."""
-        _, w = self.layout(alloc)
+    def task_widths(self, segs: Segments, threads: Sequence[int]) -> tuple[float, ...]:
+        """Cores one worker of each segment can keep busy: 1 for a single-threaded process or
+        a consumer thread; for a process of T threads min(T, cost / GIL-held µs per row), since
+        a thread waiting for the GIL sleeps and uses no core (a GIL-bound process keeps
+        cost / GIL cores busy however many threads it has)."""
+        if all(t in (0, 1) for t in threads):
+            return (1.0,) * len(segs)
+        costs = self.segment_costs_us(segs, threads)
+        gils = self.segment_gil_us(segs, threads)
+        return tuple(
+            min(float(t), c / g) if t >= 2 and g > 0 else float(max(1, t))
+            for c, g, t in zip(costs, gils, threads, strict=True)
+        )
+
+    def tasks(self, alloc: AllocLike) -> float:
+        """Tasks competing for the cores: every worker thread that can run (each worker counts
+        its ``task_widths``; the consumer's own thread is not counted, as before threads: it
+        limits only through ``consumer_limit``)."""
+        segs, w = self.layout(alloc)
         t = self.shape(alloc)
-        return sum(wi * max(1, ti) for wi, ti in zip(w, t, strict=True))
+        if all(ti in (0, 1) for ti in t):
+            return sum(w)
+        return sum(wi * x for wi, x in zip(w, self.task_widths(segs, t), strict=True))
 
     def contention(self, alloc: AllocLike) -> float:
         """Factor (<= 1) every segment's capacity is scaled by when tasks outnumber cores."""
@@ -360,12 +376,16 @@ class PipelineSpec:
             )
 
     def fits(self, alloc: AllocLike) -> bool:
-        """True if ``alloc`` passes check_allocation and runs at most ``cores`` tasks."""
+        """True if ``alloc`` passes check_allocation and runs at most ``cores`` threads (each
+        worker's, as ``Allocation.total`` counts them)."""
         try:
             self.check_allocation(alloc)
         except ConfigError:
             return False
-        return self.tasks(alloc) <= self.cores
+        _, w = self.layout(alloc)
+        return sum(wi * max(1, ti) for wi, ti in zip(w, self.shape(alloc), strict=True)) <= (
+            self.cores
+        )
 
     def with_(self, **changes: Any) -> PipelineSpec:
         return dataclasses.replace(self, **changes)

@@ -67,11 +67,13 @@ def shapes(spec: PipelineSpec, k: int) -> Iterator[tuple[int, ...]]:
 @dataclass(frozen=True, slots=True)
 class _Terms:
     """One segment's part of the LP at one thread count: its worker's µs per row (``worker_us``),
-    its task-µs per row, a worker's memory, its cap and the stage that sets it, its GIL-held
+    its core-µs per row (the rows' cost), its thread-µs per row (what a cap on threads
+    counts), a worker's memory, its cap and the stage that sets it, its GIL-held
     µs per row in the consumer's process (0 unless consumer threads)."""
 
     per: float
     work: float
+    slots: float
     mem: float
     cap: int | None
     cap_stage: str | None
@@ -103,7 +105,9 @@ def _terms(spec: PipelineSpec, seg: tuple[int, int], t: int, copy: bool) -> _Ter
     (cap,) = spec.segment_caps((seg,))
     stage = None if cap is None else next(st.name for st in stages if st.max_workers == cap)
     (mem,) = spec.segment_memory_mib((seg,), None if t == 1 else (t,))
-    out = _Terms(per, cost if t == 1 else per * max(1, t), mem, cap, stage, gil if t == 0 else 0.0)
+    # task-µs per row: the rows' cost whatever the threads (a thread waiting for the GIL uses
+    # no core), as ``task_widths`` counts a worker's tasks
+    out = _Terms(per, cost, per * max(1, t), mem, cap, stage, gil if t == 0 else 0.0)
     table[key] = out
     return out
 
@@ -116,8 +120,10 @@ def pattern_bound(
 
     A worker of segment j serves 1e6 / x_j rows/s (``worker_us``: x_j = c_j for a
     single-threaded process or a consumer thread, max(c_j / T, g_j) for T threads sharing a
-    GIL) and counts max(1, T) tasks, so the least tasks for throughput T are linear in T and
-    every constraint caps T on its own; T* is the smallest of those caps."""
+    GIL), keeps c_j / x_j cores busy (``task_widths``) and holds max(1, T) threads (what a cap
+    counts), so the least workers for throughput T are linear in T, the cores it keeps busy
+    sum to T * sum c_j / 1e6, and every constraint caps T on its own; T* is the smallest of
+    those caps."""
     segs = segments_of(spec.n_stages, cuts)
     t = _threads(threads, len(segs))
     terms = [
@@ -130,7 +136,7 @@ def pattern_bound(
     ]
     for x in terms:
         if x.cap is not None:
-            limits.append((x.cap * 1e6 / x.work, "max_workers", x.cap_stage))
+            limits.append((x.cap * 1e6 / x.slots, "max_workers", x.cap_stage))
     mib_per_rate = sum(x.per * x.mem for x in terms)
     free_mib = spec.memory_budget_gib * 1024 - spec.buffer_mib(len(segs))
     if free_mib < 0:
@@ -219,7 +225,7 @@ def pattern_oracle(
     if not ok.any():
         return None
     w = w[ok]
-    width = np.asarray([max(1, ti) for ti in t], dtype=float)
+    width = np.asarray(spec.task_widths(segs, t), dtype=float)
     total = (w * width).sum(axis=1) if (width != 1).any() else w.sum(axis=1)
     scale = np.where(total <= spec.cores, 1.0, spec.cores / total)
     thr = (w * 1e6 / costs * scale[:, None]).min(axis=1)
