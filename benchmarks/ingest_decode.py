@@ -8,6 +8,7 @@ interleaved repeats, each a full pass with a fresh SplitReader as one worker wou
     .venv/bin/recperf ingest generate --rows 1000000 --shards 8 --format parquet \\
         --out /tmp/decode-bench/parquet
     git show HEAD:src/recperf/ingest/data/stages.py > /tmp/decode-bench/old_stages.py
+    git show HEAD:src/recperf/ingest/data/decode.py > /tmp/decode-bench/decode.py
     taskset -c 0 .venv/bin/python benchmarks/ingest_decode.py --data /tmp/decode-bench \\
         --baseline /tmp/decode-bench/old_stages.py --out out/bench/ingest_decode.json
 """
@@ -33,14 +34,31 @@ from recperf.ingest.data import stages
 STAGES = ("read", "dense", "sparse", "collate")
 
 
-def load_module(path: Path) -> ModuleType:
-    """A stages module from a file, under a name of its own."""
-    spec = importlib.util.spec_from_file_location("baseline_stages", path)
+def _exec(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while it loads
     spec.loader.exec_module(module)
     return module
+
+
+def load_module(path: Path) -> ModuleType:
+    """A stages module from a file, under a name of its own; a ``decode.py`` beside it is the
+    decode module it imports (so a baseline copied from a commit uses that commit's kernels)."""
+    beside = path.with_name("decode.py")
+    if not beside.exists():
+        return _exec("baseline_stages", path)
+    old = _exec("baseline_decode", beside)
+    package = sys.modules["recperf.ingest.data"]
+    saved = sys.modules["recperf.ingest.data.decode"]
+    sys.modules["recperf.ingest.data.decode"] = old
+    package.decode = old  # type: ignore[attr-defined]  # what `from ... import decode` finds
+    try:
+        return _exec("baseline_stages", path)
+    finally:
+        sys.modules["recperf.ingest.data.decode"] = saved
+        package.decode = saved  # type: ignore[attr-defined]
 
 
 def make_read(mod: ModuleType) -> Callable[[Any], dict[str, np.ndarray]]:

@@ -28,6 +28,7 @@ DICT_KEYS = ("cat_codes", "cat_dict", "cat_dict_offsets")
 _NCAT = len(CAT_FEATURES)
 _CARD = np.asarray(CARDINALITIES, np.uint32)
 _ODD_LENGTH = "expected 8 hex digits or an empty field"
+_NOT_HEX = "not a hexadecimal string"
 
 
 class BadRow(ValueError):
@@ -264,47 +265,72 @@ def open_dictionary_parquet(path: str, metadata: pq.FileMetaData) -> pq.ParquetF
     return pq.ParquetFile(path, metadata=metadata, read_dictionary=list(CAT_FEATURES))
 
 
-def read_parquet_group(pf: pq.ParquetFile, file: str, group: int, first_row: int) -> Columns:
-    """One row group's rows as columns, with that group's dictionaries (``first_row``: the
-    global row id of the group's first row)."""
+def read_parquet_group(pf: pq.ParquetFile, file: str, group: int, first_row: int) -> RowGroup:
+    """One row group, decoded (``first_row``: the global row id of the group's first row)."""
     try:
         table = pf.read_row_group(group, columns=list(COLUMNS), use_threads=False)
     except (pa.ArrowException, OSError) as exc:
         why = f"unreadable row group {group}: {str(exc).splitlines()[0]}"
         raise TraceFormatError(file, None, None, why) from None
-    return arrow_columns(table, first_row, file)
+    return RowGroup(table, first_row, file)
 
 
 class RowGroup:
-    """A decoded row group (``arrow_columns`` output) laid out for cutting splits from: the
-    dictionary with one placeholder entry before each feature's block, and the codes as
-    indices into that padded dictionary (a missing code, -1, lands on its placeholder)."""
+    """One Parquet row group decoded once for cutting splits from: its row columns, and the
+    sparse stage's ids for every row, each dictionary entry hex-decoded once per group (the
+    group's dictionaries are shared by all of its splits). A non-hex entry raises only when a
+    split that uses it is cut, naming that split's first row to use it. Per-feature columns are
+    kept feature-major and transposed a split at a time (a whole group's transpose misses the
+    cache: it costs twice as much)."""
 
-    def __init__(self, cols: Columns) -> None:
-        offsets = cols["cat_dict_offsets"]
-        self.rows = {k: cols[k] for k in ("row_id", "label", "dense")}
-        self._slots = (offsets[:-1] + np.arange(_NCAT)).astype(np.int32)
-        self._glob = cols["cat_codes"] + (self._slots + 1)
-        flat = cols["cat_dict"].view(np.uint64).reshape(-1)
-        self._padded = np.insert(flat, offsets[:-1], 0)
+    def __init__(self, table: pa.Table, first_row: int, source: str) -> None:
+        n = table.num_rows
+        self.first_row = first_row
+        self._label = _label(_column(table, "label", pa.int8(), source), first_row)
+        self._dense = np.empty((len(INT_FEATURES), n), np.float64)
+        for j, name in enumerate(INT_FEATURES):  # float64 with NaN where null, as arrow_columns
+            self._dense[j] = _column(table, name, pa.int64(), source).to_numpy(zero_copy_only=False)
+        self._ids = np.empty((_NCAT, n), np.int32)  # -1 where missing
+        hits: list[np.ndarray | None] = []
+        for j, name in enumerate(CAT_FEATURES):
+            arr = _column(table, name, None, source)
+            codes, table_j, bad = _feature_ids(arr, j, first_row, source)
+            np.take(table_j, codes, out=self._ids[j], mode="wrap")  # wrap: no buffered copy
+            hits.append(None if bad is None else np.append(bad, False)[codes])
+        self._bad = None
+        if any(h is not None for h in hits):
+            self._bad = np.stack([np.zeros(n, bool) if h is None else h for h in hits])
 
     def split(self, a: int, b: int) -> Columns:
-        """Rows ``a:b`` with only the dictionary entries they use, in O(rows + entries). Every
-        array is new, so a stage that writes in place cannot change the cached group."""
-        glob = self._glob[a:b]
-        used = np.zeros(len(self._padded), bool)
-        used[glob] = True
-        used[self._slots] = True  # each feature keeps its placeholder, to find its block by
-        keep = np.flatnonzero(used)
-        rank = np.empty(len(used), np.int32)  # read only where used: no need to clear it
-        rank[keep] = np.arange(len(keep), dtype=np.int32)
-        starts = rank[self._slots]
-        codes = np.take(rank, glob)
-        codes -= starts + 1  # a placeholder becomes -1, an entry its index in its feature
-        entries = self._padded[np.delete(keep, starts)].view(np.uint8).reshape(-1, HEX_WIDTH)
-        offsets = np.append(starts - np.arange(_NCAT), len(keep) - _NCAT).astype(np.int64)
-        cols = {k: v[a:b].copy() for k, v in self.rows.items()}
-        return {**cols, "cat_codes": codes, "cat_dict": entries, "cat_dict_offsets": offsets}
+        """Rows ``a:b`` with their ``ids`` (0 where missing) and ``present``; every array is
+        new, so a stage that writes in place cannot change the cached group."""
+        row_id = np.arange(self.first_row + a, self.first_row + b, dtype=np.int64)
+        if self._bad is not None and (hit := self._bad[:, a:b].T).any():
+            i, j = np.argwhere(hit)[0]
+            raise BadRow(int(row_id[i]), CAT_FEATURES[j], _NOT_HEX)
+        ids = np.ascontiguousarray(self._ids[:, a:b].T)
+        present = ids >= 0
+        np.maximum(ids, 0, out=ids)
+        dense = np.ascontiguousarray(self._dense[:, a:b].T)
+        return {"row_id": row_id, "label": self._label[a:b].copy(), "dense": dense,
+                "ids": ids, "present": present}  # fmt: skip
+
+
+def _feature_ids(
+    arr: pa.Array, j: int, first_row: int, source: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Categorical column ``j`` to codes, the ids its codes gather (the entries' hex values
+    modulo the table size, and a last -1 that code -1, missing, gathers) and which entries are
+    not hex (None: none)."""
+    name = CAT_FEATURES[j]
+    if pa.types.is_dictionary(arr.type):
+        codes, entries = _dictionary_codes(arr, name, first_row, source)
+    else:
+        codes, entries = _string_codes(_cast(arr, pa.string(), name, source), name, first_row)
+    value, bad = hex_values(entries)
+    table = np.full(len(entries) + 1, -1, np.int32)
+    np.remainder(value, _CARD[j], out=table[:-1].view(np.uint32))  # every table < 2**31 rows
+    return codes, table, bad
 
 
 # ------------------------------------------------------------------------------ sparse kernels
@@ -351,5 +377,5 @@ def lookup_ids(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
         hit = np.take(np.insert(bad, offsets[:-1], False), where)
         if hit.any():
             i, j = np.argwhere(hit)[0]
-            raise BadRow(int(cols["row_id"][i]), CAT_FEATURES[j], "not a hexadecimal string")
+            raise BadRow(int(cols["row_id"][i]), CAT_FEATURES[j], _NOT_HEX)
     return np.take(table, where), codes >= 0

@@ -97,9 +97,11 @@ def _open(path: str | Path) -> IO[bytes]:
 
 
 class SplitReader:
-    """Does the whole read stage: a split to row-aligned and dictionary columns (see
-    ``decode.arrow_columns``). Keeps the last Parquet file and decoded row group, and an open
-    gzip stream, so that a worker reading one group's splits in order decodes each byte once."""
+    """Does the whole read stage: a TSV split to row-aligned and dictionary columns (see
+    ``decode.arrow_columns``), a Parquet split to row-aligned columns with ``ids`` and
+    ``present`` (see ``decode.RowGroup``). Keeps the last Parquet file and decoded row group,
+    and an open gzip stream, so that a worker reading one group's splits in order decodes each
+    byte once."""
 
     def __init__(self) -> None:
         self._file: tuple[str, pq.ParquetFile] | None = None
@@ -126,8 +128,8 @@ class SplitReader:
                 self._file = (split.file, dec.open_dictionary_parquet(split.file, plain.metadata))
             # the group's first row's id, so an error anywhere in the group names its row
             group_row = split.first_row - split.a
-            cols = dec.read_parquet_group(self._file[1], split.file, split.group, group_row)
-            self._group = (key, dec.RowGroup(cols))
+            group = dec.read_parquet_group(self._file[1], split.file, split.group, group_row)
+            self._group = (key, group)
         return self._group[1].split(split.a, split.b)
 
     def _gz_read(self, split: Split) -> bytes:
@@ -163,7 +165,11 @@ def dense_transform(cols: Columns) -> Columns:
 def sparse_transform(cols: Columns) -> Columns:
     """The dictionary columns to ``ids`` (8-hex-digit value modulo each feature's table size)
     and ``present`` (the non-missing entries; a missing feature becomes an empty bag at
-    collate). Each dictionary entry is decoded once; rows gather by code."""
+    collate). Each dictionary entry is decoded once; rows gather by code. Parquet splits come
+    from the read stage decoded already (their row group's dictionaries are decoded once for all
+    of its splits there), and pass through."""
+    if "ids" in cols:
+        return cols
     ids, present = dec.lookup_ids(cols)
     rest = {k: v for k, v in cols.items() if k not in dec.DICT_KEYS}
     return {**rest, "ids": ids, "present": present}
