@@ -195,15 +195,24 @@ def _string_codes(arr: pa.Array, name: str, first_row: int) -> tuple[np.ndarray,
     return np.where(present, rank, 0) - 1, entries
 
 
+def _indices(indices: pa.Array) -> np.ndarray:
+    """A dictionary column's indices as a new int32 array, -1 where null."""
+    if indices.type != pa.int32() or len(indices) == 0:
+        if indices.null_count:
+            indices = pc.fill_null(indices, -1)
+        return np.asarray(indices.to_numpy(zero_copy_only=False), np.int32)
+    idx = np.frombuffer(indices.buffers()[1], np.int32, len(indices), indices.offset * 4).copy()
+    if indices.null_count:  # ~5x faster than fill_null and to_numpy
+        idx.put(np.flatnonzero(~_validity(indices)), -1)
+    return idx
+
+
 def _dictionary_codes(
     arr: pa.DictionaryArray, name: str, first_row: int, source: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """Codes into the column's own dictionary, minus its empty and null entries."""
     values = _cast(arr.dictionary, pa.string(), name, source)
-    indices = arr.indices
-    if indices.null_count:
-        indices = pc.fill_null(indices, -1)
-    idx = np.asarray(indices.to_numpy(zero_copy_only=False), np.int32)
+    idx = _indices(arr.indices)
     keep, bad, entries = _hex_entries(values)
     if keep is None:  # every entry is 8 bytes (so none is bad): the indices are the codes
         return idx, entries
@@ -288,8 +297,8 @@ class RowGroup:
         self.first_row = first_row
         self._label = _label(_column(table, "label", pa.int8(), source), first_row)
         self._dense = np.empty((len(INT_FEATURES), n), np.float64)
-        for j, name in enumerate(INT_FEATURES):  # float64 with NaN where null, as arrow_columns
-            self._dense[j] = _column(table, name, pa.int64(), source).to_numpy(zero_copy_only=False)
+        for j, name in enumerate(INT_FEATURES):
+            _float_values(_column(table, name, pa.int64(), source), self._dense[j])
         self._ids = np.empty((_NCAT, n), np.int32)  # -1 where missing
         hits: list[np.ndarray | None] = []
         for j, name in enumerate(CAT_FEATURES):
@@ -308,12 +317,31 @@ class RowGroup:
         if self._bad is not None and (hit := self._bad[:, a:b].T).any():
             i, j = np.argwhere(hit)[0]
             raise BadRow(int(row_id[i]), CAT_FEATURES[j], _NOT_HEX)
-        ids = np.ascontiguousarray(self._ids[:, a:b].T)
+        ids = _transpose(self._ids[:, a:b])
         present = ids >= 0
         np.maximum(ids, 0, out=ids)
-        dense = np.ascontiguousarray(self._dense[:, a:b].T)
+        dense = _transpose(self._dense[:, a:b])
         return {"row_id": row_id, "label": self._label[a:b].copy(), "dense": dense,
                 "ids": ids, "present": present}  # fmt: skip
+
+
+def _transpose(x: np.ndarray) -> np.ndarray:
+    """A new C-ordered ``x.T``, written a column at a time (for a few thousand rows, twice as
+    fast as ``np.ascontiguousarray(x.T)``)."""
+    out = np.empty(x.shape[::-1], x.dtype)
+    for j, row in enumerate(x):
+        out[:, j] = row
+    return out
+
+
+def _float_values(arr: pa.Array, out: np.ndarray) -> None:
+    """An int64 column into ``out`` as float64, NaN where null: ``to_numpy``'s values at half
+    its cost."""
+    if len(arr) == 0:
+        return
+    out[:] = np.frombuffer(arr.buffers()[1], np.int64, len(arr), arr.offset * 8)
+    if arr.null_count:  # put at the indices: twice as fast as a boolean mask
+        out.put(np.flatnonzero(~_validity(arr)), np.nan)
 
 
 def _feature_ids(
@@ -344,20 +372,41 @@ def hex_values(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
     """uint8 [m,8] ASCII hex digits (either case) to uint32 [m], and a mask of the entries that
     are not hex (None: all are). Eight digits are one uint64, worked on a byte per lane."""
     x = np.ascontiguousarray(entries).view("<u8").reshape(-1)
+    # worked in place over scratch arrays: a fresh temporary per operation costs a fifth more
     # a digit's value: its low nibble, plus 9 for a letter (bit 6 set: A-F and a-f)
-    nib = x & _LOW_NIBBLES
-    nib += ((x >> _M(6)) & _ONES) * _M(9)
+    nib = np.bitwise_and(x, _LOW_NIBBLES)
+    t = np.right_shift(x, _M(6))
+    t &= _ONES
+    t *= _M(9)
+    nib += t
     # pack the 8 nibbles; the first digit sits in the lowest byte and is the most significant
-    y = ((nib << _M(4)) | (nib >> _M(8))) & _M(0x00FF00FF00FF00FF)
-    y = ((y << _M(8)) | (y >> _M(16))) & _M(0x0000FFFF0000FFFF)
-    value = (((y << _M(16)) | (y >> _M(32))) & _M(0xFFFFFFFF)).astype(np.uint32)
+    y = np.left_shift(nib, _M(4))
+    np.right_shift(nib, _M(8), out=t)
+    y |= t
+    y &= _M(0x00FF00FF00FF00FF)
+    np.right_shift(y, _M(16), out=t)
+    y <<= _M(8)
+    y |= t
+    y &= _M(0x0000FFFF0000FFFF)
+    np.right_shift(y, _M(32), out=t)
+    y <<= _M(16)
+    y |= t
+    value = y.astype(np.uint32)  # the low 32 bits
     # valid iff the nibbles re-encode to the entry lowercased, no nibble exceeds 15, and each
     # byte has bit 5 or 6 (this rules out the control bytes that lowercase into digits)
-    letter = ((nib + _M(0x0606060606060606)) >> _M(4)) & _ONES  # 1 where the nibble is >= 10
-    enc = nib + _M(0x3030303030303030) + letter * _M(ord("a") - ord("0") - 10)
-    err = enc ^ (x | _M(0x2020202020202020))
-    err |= nib & _M(0xF0F0F0F0F0F0F0F0)
-    err |= ~((x >> _M(5)) | (x >> _M(6))) & _ONES
+    err = np.add(nib, _M(0x0606060606060606), out=y)
+    err >>= _M(4)
+    err &= _ONES  # 1 where the nibble is >= 10
+    err *= _M(ord("a") - ord("0") - 10)
+    err += nib
+    err += _M(0x3030303030303030)  # the entry re-encoded, lowercase
+    err ^= np.bitwise_or(x, _M(0x2020202020202020), out=t)
+    err |= np.bitwise_and(nib, _M(0xF0F0F0F0F0F0F0F0), out=t)
+    np.right_shift(x, _M(5), out=t)
+    t |= np.right_shift(x, _M(6), out=nib)
+    np.invert(t, out=t)
+    t &= _ONES
+    err |= t
     bad = err != 0
     return value, (bad if bad.any() else None)
 
