@@ -17,6 +17,7 @@ from hypothesis import strategies as hs
 
 from recperf.core.errors import TraceFormatError
 from recperf.ingest.data import decode as dec
+from recperf.ingest.data import rowgroup as rg
 from recperf.ingest.data import stages as st
 from recperf.ingest.data.criteo import (
     CARDINALITIES,
@@ -241,7 +242,7 @@ def test_row_group_splits_are_its_rows_decoded(data: hs.DataObject) -> None:
     for k, (col, d) in enumerate(zip(cats, as_dict, strict=True)):
         arr = pa.array(col, pa.string())
         columns[f"C{k + 1}"] = arr.dictionary_encode() if d else arr
-    group = dec.RowGroup(pa.table(columns), 100, "<t>")
+    group = rg.RowGroup(pa.table(columns), 100, "<t>")
     a = data.draw(hs.integers(0, n - 1))
     b = data.draw(hs.integers(a + 1, n))
     used = [(r, j) for r in range(a, b) for j in range(26) if cats[j][r]]

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from recperf.core.errors import TraceFormatError
 from recperf.ingest.data import decode as dec
+from recperf.ingest.data import rowgroup as rg
 from recperf.ingest.data.criteo import _files, open_parquet
 from recperf.ingest.data.decode import BadRow as BadRow
 from recperf.ingest.data.decode import Columns as Columns
@@ -99,13 +100,13 @@ def _open(path: str | Path) -> IO[bytes]:
 class SplitReader:
     """Does the whole read stage: a TSV split to row-aligned and dictionary columns (see
     ``decode.arrow_columns``), a Parquet split to row-aligned columns with ``ids`` and
-    ``present`` (see ``decode.RowGroup``). Keeps the last Parquet file and decoded row group,
+    ``present`` (see ``rowgroup.RowGroup``). Keeps the last Parquet file and decoded row group,
     and an open gzip stream, so that a worker reading one group's splits in order decodes each
     byte once."""
 
     def __init__(self) -> None:
         self._file: tuple[str, pq.ParquetFile] | None = None
-        self._group: tuple[tuple[str, int], dec.RowGroup] | None = None
+        self._group: tuple[tuple[str, int], rg.RowGroup] | None = None
         self._gz: tuple[str, IO[bytes], int] | None = None
 
     def read(self, split: Split) -> Columns:
@@ -125,10 +126,10 @@ class SplitReader:
             self._group = None  # free the last group before the next is read
             if self._file is None or self._file[0] != split.file:
                 plain = open_parquet(Path(split.file))  # names a missing column
-                self._file = (split.file, dec.open_dictionary_parquet(split.file, plain.metadata))
+                self._file = (split.file, rg.open_dictionary_parquet(split.file, plain.metadata))
             # the group's first row's id, so an error anywhere in the group names its row
             group_row = split.first_row - split.a
-            group = dec.read_parquet_group(self._file[1], split.file, split.group, group_row)
+            group = rg.read_parquet_group(self._file[1], split.file, split.group, group_row)
             self._group = (key, group)
         return self._group[1].split(split.a, split.b)
 
