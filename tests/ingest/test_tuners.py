@@ -519,7 +519,9 @@ def test_tuners_find_the_thread_shape_where_it_wins(name: str) -> None:
     best = sim.oracle(spec)
     for target in (SimTarget(spec, seed=2), Shaped(SimTarget(spec, seed=2))):
         r = check_tuner(TUNERS.build(name), target, 40.0, seed=2, overrun_s=0.0)
-        assert r.allocation.threads == best.threads == (0,)
+        # every segment threads of the consumer's process (cutting between such segments
+        # copies nothing, so the model may tie the fused chain with a cut one)
+        assert best.threads == (0,) and set(r.allocation.segment_threads()) == {0}
         assert spec.throughput(r.allocation) >= 0.99 * spec.throughput(best)
 
 

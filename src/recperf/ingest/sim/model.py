@@ -289,15 +289,30 @@ class PipelineSpec:
             for c, g, t in zip(costs, gils, threads, strict=True)
         )
 
+    def consumer_width(self, segs: Segments, threads: Sequence[int]) -> float:
+        """Cores the consumer's process can keep busy with its worker threads: all of them
+        share its one GIL, so at most their cost / the process's GIL-held µs per row (inf
+        when no segment runs there or nothing holds the GIL)."""
+        if 0 not in threads:
+            return math.inf
+        costs = self.segment_costs_us(segs, threads)
+        gil = self.consumer_gil_us(segs, threads)
+        cost = sum(c for c, t in zip(costs, threads, strict=True) if t == 0)
+        return cost / gil if gil > 0 else math.inf
+
     def tasks(self, alloc: AllocLike) -> float:
-        """Tasks competing for the cores: every worker thread that can run (each worker counts
-        its ``task_widths``; the consumer's own thread is not counted, as before threads: it
+        """Tasks competing for the cores: every worker thread that can run (a worker process
+        counts its ``task_widths``, the consumer's worker threads together at most its
+        ``consumer_width``; the consumer's own thread is not counted, as before threads: it
         limits only through ``consumer_limit``)."""
         segs, w = self.layout(alloc)
         t = self.shape(alloc)
-        if all(ti in (0, 1) for ti in t):
+        if all(ti == 1 for ti in t):
             return sum(w)
-        return sum(wi * x for wi, x in zip(w, self.task_widths(segs, t), strict=True))
+        widths = self.task_widths(segs, t)
+        procs = sum(wi * x for wi, x, ti in zip(w, widths, t, strict=True) if ti != 0)
+        mine = sum(wi for wi, ti in zip(w, t, strict=True) if ti == 0)
+        return procs + min(float(mine), self.consumer_width(segs, t)) if mine else procs
 
     def contention(self, alloc: AllocLike) -> float:
         """Factor (<= 1) every segment's capacity is scaled by when tasks outnumber cores."""

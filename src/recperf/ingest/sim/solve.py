@@ -226,7 +226,12 @@ def pattern_oracle(
         return None
     w = w[ok]
     width = np.asarray(spec.task_widths(segs, t), dtype=float)
-    total = (w * width).sum(axis=1) if (width != 1).any() else w.sum(axis=1)
+    mine = np.asarray([ti == 0 for ti in t])
+    if mine.any():  # the consumer's worker threads keep at most its consumer_width cores busy
+        procs = (w[:, ~mine] * width[~mine]).sum(axis=1)
+        total = procs + np.minimum(w[:, mine].sum(axis=1), spec.consumer_width(segs, t))
+    else:
+        total = (w * width).sum(axis=1) if (width != 1).any() else w.sum(axis=1)
     scale = np.where(total <= spec.cores, 1.0, spec.cores / total)
     thr = (w * 1e6 / costs * scale[:, None]).min(axis=1)
     own = _consumer_rate(spec, segs, t)
