@@ -291,3 +291,13 @@ def test_calibrate_reads_gil_consumer_and_hand_off_and_spec_toml_round_trips() -
 
     again = spec_from_mapping(tomllib.loads(spec_toml(got)), source="calibrated")
     assert again == got.with_(name="custom")
+
+
+def test_process_cost_factor_scales_worker_processes_only() -> None:
+    spec = one(0.1).with_(process_cost_factor=1.25)
+    # a process's stages cost 12.5 us a row, a consumer thread's 10
+    assert spec.throughput(fused(1)) == pytest.approx(1e6 / 12.5)
+    assert spec.throughput(fused(0)) == pytest.approx(1e5)
+    assert one(0.1).throughput(fused(1)) == pytest.approx(1e5)
+    with pytest.raises(ConfigError, match="process_cost_factor"):
+        one(0.1).with_(process_cost_factor=0.0)

@@ -354,13 +354,18 @@ def calibrate(target: LiveTarget, name: str = "calibrated") -> PipelineSpec:
     """A simulator spec of the live pipeline: each stage's median measured CPU per output row
     and GIL fraction (the default where no window ran it in several threads), its worker
     memory as measured (or estimated), the measured hand-off per copying segment, the
-    consumer's measured cost, the real cores, budget, buffer sizes and thread options."""
+    consumer's measured cost, how much more the stages cost in worker processes, the real
+    cores, budget, buffer sizes and thread options."""
     ms = target.measurements
     if not ms:
         raise ConfigError("calibrate: the target has no measurements yet")
     p = target.pipeline
     n = len(p.stage_names)
-    costs = [_median([m.cost_us_per_row[i] for m in ms], 1e-3, positive=True) for i in range(n)]
+    # the stage costs are the consumer's process's where windows ran there (a process's are
+    # then those times process_cost_factor), else the windows' medians
+    mine = [m for m in ms if set(m.allocation.normalized(n).segment_threads()) == {0}]
+    base = mine or ms
+    costs = [_median([m.cost_us_per_row[i] for m in base], 1e-3, positive=True) for i in range(n)]
     gils = [
         min(1.0, _median([m.gil_frac[i] for m in ms if m.gil_frac], DEFAULT_GIL_FRAC))
         for i in range(n)
@@ -390,7 +395,26 @@ def calibrate(target: LiveTarget, name: str = "calibrated") -> PipelineSpec:
         queue_batches=p.config.queue_batches,
         consumer_us_per_row=_median([m.consumer_us_per_row for m in ms], 0.0),
         thread_options=target.thread_options,
+        process_cost_factor=process_cost_factor(ms, costs, n),
     )
+
+
+def process_cost_factor(ms: list[Measurement], costs: list[float], n: int) -> float:
+    """The stages' cost in worker processes over their cost in the consumer's process: the
+    median chain cost of the windows that ran every segment in processes over that of the
+    windows that ran every segment in consumer threads (1.0 without both; ``costs`` are the
+    stage medians, for the stages a window did not measure)."""
+
+    def chain(m: Measurement) -> float:
+        return sum(c if math.isfinite(c) and c > 0 else d
+                   for c, d in zip(m.cost_us_per_row, costs, strict=True))  # fmt: skip
+
+    shapes = [(m, set(m.allocation.normalized(n).segment_threads())) for m in ms]
+    procs = [chain(m) for m, t in shapes if 0 not in t]
+    mine = [chain(m) for m, t in shapes if t == {0}]
+    if not procs or not mine:
+        return 1.0
+    return min(10.0, max(0.1, statistics.median(procs) / statistics.median(mine)))
 
 
 def _median(values: list[float], default: float, positive: bool = False) -> float:
@@ -411,6 +435,7 @@ def spec_toml(spec: PipelineSpec) -> str:
         f"consumer_us_per_row = {spec.consumer_us_per_row!r}",
         f"consumer_gil_frac = {spec.consumer_gil_frac!r}",
         f"thread_options = {list(spec.thread_options)}",
+        f"process_cost_factor = {spec.process_cost_factor!r}",
     ]
     if spec.memory_mib_per_thread is not None:
         out.append(f"memory_mib_per_thread = {spec.memory_mib_per_thread!r}")

@@ -136,6 +136,10 @@ class PipelineSpec:
     memory_mib_per_thread: float | None = None
     """Working set one worker thread adds, MiB (0..1e9; None: ``THREAD_BATCHES`` x
     ``memory_mib_per_batch``)."""
+    process_cost_factor: float = 1.0
+    """Stage cost (and GIL-held time) in a worker process relative to ``cost_us_per_row`` in
+    the consumer's process (0.1..10; the live pipeline measures it: a forked worker's stages
+    cost more, every array there starting on fresh pages)."""
 
     def __post_init__(self) -> None:
         check_range("cores", self.cores, 1, 1024)
@@ -154,6 +158,7 @@ class PipelineSpec:
             check_threads(t, "thread_options")
         if self.memory_mib_per_thread is not None:
             check_range("memory_mib_per_thread", self.memory_mib_per_thread, 0.0, MAX_MEMORY_MIB)
+        check_range("process_cost_factor", self.process_cost_factor, 0.1, 10.0)
         if not self.stages:
             raise ConfigError("stage: the pipeline needs at least one [[stage]]")
         seen: set[str] = set()
@@ -205,15 +210,22 @@ class PipelineSpec:
         t = (1,) * len(segs) if threads is None else threads
         out = []
         for j, (a, b) in enumerate(segs):
-            work = sum(s.cost_us_per_row for s in self.stages[a:b])
+            work = self.in_process(sum(s.cost_us_per_row for s in self.stages[a:b]), t[j])
             out.append(work if no_copy(t, j) else work + self.transfer_us_per_row)
         return tuple(out)
+
+    def in_process(self, us: float, threads: int) -> float:
+        """``us`` of stage work as a worker with ``threads`` threads spends it: scaled by
+        ``process_cost_factor`` in a worker process, as is in the consumer's (threads 0)."""
+        if threads == 0 or self.process_cost_factor == 1.0:
+            return us
+        return us * self.process_cost_factor
 
     def segment_gil_us(self, segs: Segments, threads: Sequence[int]) -> tuple[float, ...]:
         """GIL-held µs per row of each segment: its stages' share and its hand-off's."""
         out = []
         for j, (a, b) in enumerate(segs):
-            held = sum(s.gil_us_per_row for s in self.stages[a:b])
+            held = self.in_process(sum(s.gil_us_per_row for s in self.stages[a:b]), threads[j])
             copy = 0.0 if no_copy(threads, j) else self.transfer_us_per_row
             out.append(held + HANDOFF_GIL_FRAC * copy)
         return tuple(out)

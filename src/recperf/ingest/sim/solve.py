@@ -96,9 +96,9 @@ def _terms(spec: PipelineSpec, seg: tuple[int, int], t: int, copy: bool) -> _Ter
     if found is not None:
         return found
     stages = spec.stages[seg[0] : seg[1]]
-    work = sum(st.cost_us_per_row for st in stages)
+    work = spec.in_process(sum(st.cost_us_per_row for st in stages), t)
     cost = work + spec.transfer_us_per_row if copy else work
-    gil = sum(st.gil_us_per_row for st in stages) + HANDOFF_GIL_FRAC * (
+    gil = spec.in_process(sum(st.gil_us_per_row for st in stages), t) + HANDOFF_GIL_FRAC * (
         spec.transfer_us_per_row if copy else 0.0
     )
     per = max(cost / t, gil) if t >= 2 else cost
