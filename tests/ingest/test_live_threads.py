@@ -188,7 +188,16 @@ def test_memory_counts_processes_threads_and_requests(data: Path) -> None:
     assert mem(2, 1) - mem(2, 0) == pytest.approx(2 * 100 * 2**20 - 2 * chunk, rel=0.01)
     # a process of 4 threads: one process, three more chunks, and a bigger output ring
     assert mem(1, 4) - mem(1, 1) == pytest.approx(3 * chunk + 3 * p.dispatcher.chunk_bytes)
-    assert mem(1, 1, inflight=64) - mem(1, 1, inflight=4) == 60 * p.dispatcher.slot_bytes
+    # 60 more requests' raw bytes, and output room for the tasks the worker holds ahead
+    d = p.dispatcher
+
+    def ahead(inflight: int) -> int:
+        return d.read_ahead(Allocation(workers=(1,), cuts=(), inflight=inflight))
+
+    assert ahead(64) > ahead(4)
+    assert mem(1, 1, inflight=64) - mem(1, 1, inflight=4) == (
+        60 * d.slot_bytes + (ahead(64) - ahead(4)) * chunk
+    )
     p.close()
 
 

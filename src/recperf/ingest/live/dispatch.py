@@ -109,20 +109,25 @@ class Dispatcher:
                         strict=True))  # fmt: skip
 
     def ring_limit(self, alloc: Allocation) -> int:
-        """Output slots: the output queue plus a chunk per task slot of the last segment, and
-        one chunk more."""
-        slots = alloc.workers[-1] * max(1, alloc.segment_threads()[-1])
-        return self.config.queue_batches + self.plan.read_task_splits * (slots + 1)
+        """Output slots: the output queue plus a chunk per task slot of the last segment (its
+        tasks ahead included when it reads: their output room is claimed when they are
+        sent), and one chunk more."""
+        first = alloc.segments(len(self.stage_names))[-1][0]
+        per = max(1, alloc.segment_threads()[-1]) + (self.read_ahead(alloc) if first == 0 else 0)
+        chunks = alloc.workers[-1] * per + 1
+        return self.config.queue_batches + self.plan.read_task_splits * chunks
 
-    def read_ahead(self) -> int:
+    def read_ahead(self, alloc: Allocation | None = None) -> int:
         """Tasks a reading worker holds beyond its compute threads, so that their storage
-        requests are in flight while it decodes (none without storage latency)."""
+        requests are in flight while it decodes (none without storage latency); of the
+        current allocation, or of ``alloc``."""
         if not self.config.read_latency_ms:
             return 0
-        return 1 + self.inflight() // self.plan.read_task_splits
+        return 1 + self.inflight(alloc) // self.plan.read_task_splits
 
-    def inflight(self) -> int:
-        return self.target.inflight or self.config.read_concurrency
+    def inflight(self, alloc: Allocation | None = None) -> int:
+        a = self.target if alloc is None else alloc
+        return a.inflight or self.config.read_concurrency
 
     def cut_cap(self, stage: int) -> int:
         """Chunks that may wait before ``stage`` (a cut): one per task slot there, and one."""
