@@ -13,14 +13,13 @@ from recperf.core.errors import ConfigError
 from recperf.ingest import api
 from recperf.ingest.base import Allocation, AllocationRefused, Target
 from recperf.ingest.data.criteo import GenerateConfig, generate
+from recperf.ingest.live.allocfile import read_allocation, write_allocation
 from recperf.ingest.live.batch import PipelineConfig
 from recperf.ingest.live.executor import Pipeline
 from recperf.ingest.live.target import (
     LiveTarget,
     calibrate,
-    read_allocation,
     spec_toml,
-    write_allocation,
 )
 from recperf.ingest.sim.model import lp_bound, spec_from_mapping
 

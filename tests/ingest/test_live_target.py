@@ -14,14 +14,13 @@ import pytest
 from recperf.core.confidence import t_quantile
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation
+from recperf.ingest.live.allocfile import read_allocation, write_allocation
 from recperf.ingest.live.batch import PipelineConfig, Snapshot, StageCounters
 from recperf.ingest.live.executor import Pipeline
 from recperf.ingest.live.target import (
     LiveTarget,
-    read_allocation,
     repeated_measurement,
     subwindow_rates,
-    write_allocation,
 )
 
 NAMES = ("read", "collate")

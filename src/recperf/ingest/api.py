@@ -24,17 +24,16 @@ from recperf.ingest.base import (
     check_inflight,
     check_threads,
 )
+from recperf.ingest.live.allocfile import read_allocation, write_allocation
 from recperf.ingest.live.batch import PipelineConfig, Snapshot
 from recperf.ingest.live.executor import Pipeline
 from recperf.ingest.live.target import (
     LiveTarget,
     calibrate,
     check_window_options,
-    read_allocation,
     repeated_measurement,
     spec_toml,
     subwindow_rates,
-    write_allocation,
 )
 from recperf.ingest.sim.model import lp_bound, segments_of
 from recperf.ingest.tuners.base import TUNERS, check_tuner
