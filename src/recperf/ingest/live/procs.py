@@ -24,14 +24,11 @@ from recperf.ingest.data import stages as st
 from recperf.ingest.live import items
 from recperf.ingest.live.ring import SlotMaps
 from recperf.ingest.live.workers import (
-    DoneMsg,
-    FailMsg,
     Fetched,
     Fetcher,
     SegmentWork,
     TaskMsg,
-    failure,
-    run_task,
+    serve,
 )
 
 if TYPE_CHECKING:
@@ -112,11 +109,7 @@ def _compute(
     reader = st.SplitReader()
     while (item := tasks.get()) is not None:
         msg, fetched = item
-        reply: DoneMsg | FailMsg
-        try:
-            reply = run_task(work, msg, reader, maps, fetched)
-        except Exception as exc:
-            reply = failure(exc, msg)
+        reply = serve(work, msg, reader, maps, fetched)
         try:
             with send_lock:
                 conn.send(reply)
@@ -144,8 +137,7 @@ def worker_main(work: SegmentWork, conn: Connection) -> None:
             break
         if msg is None:
             break
-        starts = fetcher is not None and msg.start == 0
-        tasks.put((msg, fetcher.start(msg.splits) if starts and fetcher else None))
+        tasks.put((msg, None if fetcher is None else fetcher.start(msg)))
     for _ in threads:
         tasks.put(None)
     for t in threads:

@@ -24,8 +24,7 @@ from recperf.ingest.live.workers import (
     Fetcher,
     SegmentWork,
     TaskMsg,
-    failure,
-    run_task,
+    serve,
 )
 
 if TYPE_CHECKING:
@@ -64,8 +63,7 @@ class ThreadWorker:
 
     def send(self, msg: TaskMsg) -> None:
         """Queue a task; a reading task's storage requests start now."""
-        starts = self._fetcher is not None and msg.start == 0
-        fetched = self._fetcher.start(msg.splits) if starts and self._fetcher else None
+        fetched = None if self._fetcher is None else self._fetcher.start(msg)
         with self._cond:
             self._queue.append((msg, fetched))
             self._cond.notify()
@@ -107,9 +105,4 @@ class ThreadWorker:
                     self._fetcher.close()
                 return
             msg, fetched = item
-            out: DoneMsg | FailMsg
-            try:
-                out = run_task(self.work, msg, reader, None, fetched)
-            except Exception as exc:
-                out = failure(exc, msg)
-            self.reply(self, out)
+            self.reply(self, serve(self.work, msg, reader, None, fetched))

@@ -117,8 +117,11 @@ class Fetcher:
         self.latency_s = latency_s
         self._pool = ThreadPoolExecutor(max(1, inflight), thread_name_prefix="recperf-io")
 
-    def start(self, splits: tuple[st.Split, ...]) -> list[Future[tuple[bytes | None, float]]]:
-        return [self._pool.submit(_fetch, s, self.latency_s) for s in splits]
+    def start(self, msg: TaskMsg) -> list[Future[tuple[bytes | None, float]]] | None:
+        """The task's requests, now in flight (None: the task does not read)."""
+        if msg.start != 0:
+            return None
+        return [self._pool.submit(_fetch, s, self.latency_s) for s in msg.splits]
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -255,6 +258,20 @@ def run_task(
         stage_wall_s=tuple(wall),
         local=local,
     )
+
+
+def serve(
+    work: SegmentWork,
+    msg: TaskMsg,
+    reader: st.SplitReader,
+    maps: SlotMaps | None,
+    fetched: Fetched | None,
+) -> DoneMsg | FailMsg:
+    """Run one task; an exception becomes the FailMsg the coordinator turns into the error."""
+    try:
+        return run_task(work, msg, reader, maps, fetched)
+    except Exception as exc:
+        return failure(exc, msg)
 
 
 def failure(exc: BaseException, msg: TaskMsg) -> FailMsg:
