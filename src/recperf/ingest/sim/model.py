@@ -55,9 +55,19 @@ class StageSpec:
     gil_frac: float = DEFAULT_GIL_FRAC
     """Fraction of the stage's time that holds the GIL, 0..1 (1: pure Python, 0.1: mostly in
     numpy or a parser that releases it); its threads in one process share one GIL."""
+    start_s: float = 0.0
+    """Seconds a new worker of this stage takes to start (a model load, a connection), 0..3600.
+    The model here ignores it (workers are started once); on the Ray engine a stage with
+    ``start_s > 0`` runs as an actor pool whose actors sleep this long in their constructor
+    (the slow actor start of ray-project/ray#65540)."""
+    out_bytes_per_row: float = 0.0
+    """Bytes per row this stage hands on (0..1e9); the placement bound's network rows count them
+    where the next stage runs on another node."""
 
     def __post_init__(self) -> None:
         check_range("cost_us_per_row", self.cost_us_per_row, *COST_US_RANGE)
+        check_range("start_s", self.start_s, 0.0, 3600.0)
+        check_range("out_bytes_per_row", self.out_bytes_per_row, 0.0, 1e9)
         if self.max_workers is not None:
             check_range("max_workers", self.max_workers, 1, None)
         check_range("memory_mib_per_worker", self.memory_mib_per_worker, 0.0, MAX_MEMORY_MIB)
