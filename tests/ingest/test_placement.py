@@ -169,6 +169,26 @@ def test_place_keeps_the_heavy_boundary_on_one_node() -> None:
     assert got.link_out_bytes_per_s == pytest.approx((0.0, 1e7), abs=1e-3)
 
 
+def test_place_follows_the_heavy_boundary_when_it_must_split() -> None:
+    # 3 a-workers and 1 b-worker on nodes of 3 and 1 CPUs; each worker takes an equal share of
+    # its segment's rows. b on node 0 (beside two a's): the a on node 1 sends its third of the
+    # rows across, 1e6 / 3 B per row. b on node 1: every a-row crosses (1e6 B) and b's 10 B
+    # come back to the consumer. The first wins.
+    spec = chain(("a", 1.0, 1e6), ("b", 1.0, 10.0))
+    for link in (1e9, math.inf):
+        got = place(spec, Allocation(workers=(3, 1)), (3, 1), Network(link_bytes_per_s=link))
+        assert got == ((2, 1), (1, 0))
+
+
+def test_buffers_over_the_budget_leave_nothing() -> None:
+    # a cut queues 2 batches of 600 MiB: 1200 MiB > 1 GiB before any worker; fused, no queue
+    spec = chain(("a", 1.0, 0.0), ("b", 1.0, 0.0), memory_mib_per_batch=600.0, queue_batches=2)
+    cut = placement_bound(spec, (2, 2), FREE, cuts=(1,))
+    assert (cut.throughput_rows_per_s, cut.binding) == (pytest.approx(0.0, abs=1e-6), "memory")
+    best = placement_lp_bound(spec, (2, 2), FREE)
+    assert (best.cuts, best.throughput_rows_per_s) == ((), pytest.approx(2e6))
+
+
 def test_network_and_nodes_are_checked() -> None:
     spec = chain(("a", 1.0, 0.0))
     for bad in (0.0, -1.0, math.nan, -math.inf):

@@ -96,21 +96,19 @@ class _Terms:
 @dataclass
 class _Lp:
     """A linear program under construction: variables T, r[j][m] (Mrows/s segment j runs on
-    node m), f[j][a][b] (Mrows/s of segment j's output from node a to the next segment on b,
-    or to the consumer on node 0) and, for ``place``, x[j][m] (workers placed)."""
+    node m) and f[j][a][b] (Mrows/s of segment j's output from node a to the next segment on b,
+    or to the consumer on node 0); for ``place``, z (the busiest NIC's bytes per row) and the
+    shares of the rows instead."""
 
     k: int
     n: int
-    with_x: bool = False
-    ub: list[dict[int, float]] = field(default_factory=list)
-    ub_rhs: list[float] = field(default_factory=list)
+    ub: list[tuple[dict[int, float], float]] = field(default_factory=list)
     names: list[str] = field(default_factory=list)
-    eq: list[dict[int, float]] = field(default_factory=list)
-    eq_rhs: list[float] = field(default_factory=list)
+    eq: list[tuple[dict[int, float], float]] = field(default_factory=list)
 
     @property
     def size(self) -> int:
-        return 1 + self.k * self.n * (self.n + 1 + self.with_x)
+        return 1 + self.k * self.n * (self.n + 1)
 
     def r(self, j: int, m: int) -> int:
         return 1 + j * self.n + m
@@ -118,63 +116,46 @@ class _Lp:
     def f(self, j: int, a: int, b: int) -> int:
         return 1 + self.k * self.n + (j * self.n + a) * self.n + b
 
-    def x(self, j: int, m: int) -> int:
-        return 1 + self.k * self.n * (self.n + 1) + j * self.n + m
-
     def le(self, coeffs: dict[int, float], rhs: float, name: str) -> None:
         """``coeffs . v <= rhs``, scaled to a right-hand side of 1 where it is positive (the
         dual of such a row is then its share of the optimum)."""
         s = rhs if rhs > 0 else 1.0
-        self.ub.append({i: c / s for i, c in coeffs.items() if c})
-        self.ub_rhs.append(rhs / s)
+        self.ub.append(({i: c / s for i, c in coeffs.items() if c}, rhs / s))
         self.names.append(name)
 
     def same(self, coeffs: dict[int, float], rhs: float = 0.0) -> None:
         """``coeffs . v == rhs``."""
-        self.eq.append(coeffs)
-        self.eq_rhs.append(rhs)
+        self.eq.append((coeffs, rhs))
 
-    def dense(self, rows: list[dict[int, float]]) -> np.ndarray:
+    def dense(self, rows: list[tuple[dict[int, float], float]]) -> tuple[np.ndarray, np.ndarray]:
         out = np.zeros((len(rows), self.size))
-        for i, row in enumerate(rows):
+        for i, (row, _) in enumerate(rows):
             for v, c in row.items():
                 out[i, v] += c
-        return out
+        return out, np.asarray([rhs for _, rhs in rows])
 
-    def solve(self, objective: dict[int, float], fixed_t: float | None = None) -> _Solved:
+    def solve(self, objective: dict[int, float], fixed: float | None = None) -> _Solved:
+        """Minimize ``objective . v``, variable 0 held at ``fixed`` if given."""
         c = np.zeros(self.size)
         for v, w in objective.items():
             c[v] = w
         bounds: list[tuple[float, float | None]] = [(0.0, None)] * self.size
-        if fixed_t is not None:
-            bounds[0] = (fixed_t, fixed_t)
+        if fixed is not None:
+            bounds[0] = (fixed, fixed)
         for a in range(self.n):  # the last segment hands on to the consumer, on node 0
             for b in range(1, self.n):
                 bounds[self.f(self.k - 1, a, b)] = (0.0, 0.0)
-        res = linprog(
-            c,
-            A_ub=self.dense(self.ub) if self.ub else None,
-            b_ub=np.asarray(self.ub_rhs) if self.ub else None,
-            A_eq=self.dense(self.eq),
-            b_eq=np.asarray(self.eq_rhs),
-            bounds=bounds,
-            method="highs",
-        )
+        a_ub, b_ub = self.dense(self.ub) if self.ub else (None, None)
+        a_eq, b_eq = self.dense(self.eq)
+        res = linprog(c, a_ub, b_ub, a_eq, b_eq, bounds=bounds, method="highs")
         if res.status != 0:
             raise RuntimeError(f"placement LP failed: {res.message}")
         duals = -np.asarray(res.ineqlin.marginals) if self.ub else np.zeros(0)
-        return _Solved(np.asarray(res.x), duals)
+        return np.maximum(np.asarray(res.x), 0.0) + 0.0, duals  # no -1e-12 nor -0.0
 
 
-@dataclass(frozen=True, slots=True)
-class _Solved:
-    v: np.ndarray
-    duals: np.ndarray
-
-
-def _pos(value: float) -> float:
-    """``value`` clipped at 0 (the solver's tolerance leaves -1e-12 and -0.0)."""
-    return max(0.0, float(value))
+_Solved = tuple[np.ndarray, np.ndarray]
+"""A solution's variables and each ``<=`` row's dual (>= 0: what one more unit of it is worth)."""
 
 
 def _check_nodes(node_cpus: Sequence[int]) -> None:
@@ -184,42 +165,35 @@ def _check_nodes(node_cpus: Sequence[int]) -> None:
         check_range(f"node_cpus[{i}]", c, 1, MAX_CORES)
 
 
-def _build(
-    spec: PipelineSpec,
-    terms: _Terms,
-    node_cpus: Sequence[int],
-    network: Network,
-    workers: Sequence[int] | None = None,
-) -> _Lp:
-    """The LP's rows: each segment runs T rows/s, flows carry them on, node CPUs (or the fixed
-    ``workers`` and the nodes' room for them), caps, memory, the consumer and the links."""
-    k, n = len(terms.cost), len(node_cpus)
-    lp = _Lp(k, n, with_x=workers is not None)
+def _chain(k: int, n: int, total: dict[int, float], rhs: float) -> _Lp:
+    """An LP whose segments each run ``total . v + rhs`` rows, carried on by the flows."""
+    lp = _Lp(k, n)
     for j in range(k):
-        lp.same({**{lp.r(j, m): 1.0 for m in range(n)}, 0: -1.0})
+        lp.same({**{lp.r(j, m): 1.0 for m in range(n)}, **total}, rhs)
         for a in range(n):  # what segment j runs on node a leaves it
             lp.same({**{lp.f(j, a, b): 1.0 for b in range(n)}, lp.r(j, a): -1.0})
         for b in range(n if j + 1 < k else 0):  # and is what segment j + 1 runs on node b
             lp.same({**{lp.f(j, a, b): 1.0 for a in range(n)}, lp.r(j + 1, b): -1.0})
+    return lp
+
+
+def _build(spec: PipelineSpec, terms: _Terms, node_cpus: Sequence[int], network: Network) -> _Lp:
+    """The bound's LP: each segment runs T rows/s, within node CPUs, caps, memory, the
+    consumer's thread and the links."""
+    k, n = len(terms.cost), len(node_cpus)
+    lp = _chain(k, n, {0: -1.0}, 0.0)
     cost = terms.cost
-    if workers is None:
-        for m, cpus in enumerate(node_cpus):
-            lp.le({lp.r(j, m): cost[j] for j in range(k)}, cpus, f"node n{m} cpus")
-    else:
-        for j, w in enumerate(workers):
-            lp.same({lp.x(j, m): 1.0 for m in range(n)}, float(w))
-            for m in range(n):
-                lp.le({lp.r(j, m): cost[j], lp.x(j, m): -1.0}, 0.0, f"workers {j} n{m}")
-        for m, cpus in enumerate(node_cpus):
-            lp.le({lp.x(j, m): 1.0 for j in range(k)}, cpus, f"node n{m} cpus")
+    for m, cpus in enumerate(node_cpus):
+        lp.le({lp.r(j, m): cost[j] for j in range(k)}, cpus, f"node n{m} cpus")
     for j, (cap, stage) in enumerate(zip(terms.caps, terms.cap_stage, strict=True)):
         if cap is not None:
             lp.le({lp.r(j, m): cost[j] for m in range(n)}, cap, f"max_workers {stage}")
     free_mib = spec.memory_budget_gib * 1024 - spec.buffer_mib(k)
     per_mib = [c * mem for c, mem in zip(cost, terms.mem, strict=True)]
-    if workers is None and (any(per_mib) or free_mib < 0):  # fixed workers: memory is fixed
-        row = {lp.r(j, m): per_mib[j] for j in range(k) for m in range(n)}
-        lp.le(row, max(free_mib, 0.0), "memory")
+    if free_mib < 0:  # the buffers alone are over the budget
+        lp.le({0: 1.0}, 0.0, "memory")
+    elif any(per_mib):
+        lp.le({lp.r(j, m): per_mib[j] for j in range(k) for m in range(n)}, free_mib, "memory")
     if spec.consumer_us_per_row > 0:
         lp.le({0: spec.consumer_us_per_row}, 1.0, "consumer")
     if network.link_bytes_per_s != math.inf and n > 1:
@@ -257,17 +231,18 @@ def _traffic(lp: _Lp, terms: _Terms) -> dict[int, float]:
     }
 
 
-def _two_step(lp: _Lp, terms: _Terms) -> tuple[_Solved, _Solved]:
-    """The highest T, then at that T the flows crossing the fewest bytes."""
-    first = lp.solve({0: -1.0})
-    return first, lp.solve(_traffic(lp, terms), fixed_t=float(first.v[0]))
+def _two_step(lp: _Lp, terms: _Terms, sense: float) -> tuple[_Solved, _Solved]:
+    """The best variable 0 (highest with ``sense`` -1, lowest with 1), then at that value the
+    flows crossing the fewest bytes."""
+    first = lp.solve({0: sense})
+    return first, lp.solve(_traffic(lp, terms), fixed=float(first[0][0]))
 
 
 def _binding(lp: _Lp, solved: _Solved) -> str:
     """The row with the largest dual (each row is scaled to a right-hand side of 1, so its dual
     is its share of T); ``cores`` when every node's CPU row holds a share."""
-    shares = solved.duals
-    if solved.v[0] <= 0:  # only the buffers alone over the budget leave nothing
+    v, shares = solved
+    if v[0] <= 0:  # only the buffers alone over the budget leave nothing
         return "memory"
     if shares.size == 0 or shares.max() <= 0:
         return "cores"
@@ -284,7 +259,7 @@ def _links(lp: _Lp, terms: _Terms, v: np.ndarray) -> tuple[tuple[float, ...], tu
     sent = np.zeros((lp.n, lp.n))
     for j, bytes_ in enumerate(terms.out_bytes):
         for a, b in itertools.product(range(lp.n), repeat=2):
-            sent[a, b] += bytes_ * _pos(v[lp.f(j, a, b)]) * 1e6 if a != b else 0.0
+            sent[a, b] += bytes_ * float(v[lp.f(j, a, b)]) * 1e6 if a != b else 0.0
     return tuple(map(float, sent.sum(axis=1))), tuple(map(float, sent.sum(axis=0)))
 
 
@@ -299,13 +274,12 @@ def placement_bound(
     ``spec.cores`` and ``spec.thread_options`` are not used. One node, or links without limit,
     give ``pattern_bound`` of the same spec on ``sum(node_cpus)`` cores."""
     terms, lp = _pattern(spec, node_cpus, network, cuts)
-    first, placed = _two_step(lp, terms)
-    v = placed.v
+    first, (v, _) = _two_step(lp, terms, -1.0)
     out, into = _links(lp, terms, v)
     return PlacementBound(
-        throughput_rows_per_s=float(first.v[0]) * 1e6,
+        throughput_rows_per_s=float(first[0][0]) * 1e6,
         workers=tuple(
-            tuple(_pos(v[lp.r(j, m)]) * terms.cost[j] for m in range(lp.n)) for j in range(lp.k)
+            tuple(float(v[lp.r(j, m)]) * terms.cost[j] for m in range(lp.n)) for j in range(lp.k)
         ),
         link_out_bytes_per_s=out,
         link_in_bytes_per_s=into,
@@ -329,7 +303,7 @@ def placement_lp_bound(
     """The best ``placement_bound`` over every cut pattern (fewest cuts first on ties)."""
     best: tuple[float, tuple[int, ...]] | None = None
     for cuts in cut_patterns(spec.n_stages):
-        rate = float(_pattern(spec, node_cpus, network, cuts)[1].solve({0: -1.0}).v[0])
+        rate = float(_pattern(spec, node_cpus, network, cuts)[1].solve({0: -1.0})[0][0])
         if best is None or rate > best[0] * (1 + TIE):
             best = (rate, cuts)
     assert best is not None  # a chain has at least the fused pattern
@@ -340,8 +314,11 @@ def place(
     spec: PipelineSpec, alloc: Allocation, node_cpus: Sequence[int], network: Network
 ) -> tuple[tuple[int, ...], ...]:
     """Workers of each segment of ``alloc`` on each node (totals ``alloc.workers``, no node over
-    its CPUs): the real placement that reaches the most rows/s and, at that rate, crosses the
-    fewest bytes between nodes, rounded by largest remainder. Deterministic."""
+    its CPUs). Every worker of a segment takes an equal share of its rows (as Ray Data deals
+    blocks to an operator's tasks), so a placement fixes each node's share of each segment's
+    rows; the one chosen sends the fewest bytes per row through the busiest NIC (where links
+    have a limit), then the fewest across all links, rounded by largest remainder.
+    Deterministic."""
     _check_nodes(node_cpus)
     if any(t != 1 for t in alloc.segment_threads()):
         raise AllocationRefused(
@@ -355,9 +332,15 @@ def place(
         )
     segs, workers = spec.layout(alloc)
     terms = _Terms.of(spec, segs)
-    lp = _build(spec, terms, node_cpus, network, workers)
-    _, placed = _two_step(lp, terms)
-    real = [[float(placed.v[lp.x(j, m)]) for m in range(lp.n)] for j in range(lp.k)]
+    lp = _chain(len(segs), len(node_cpus), {}, 1.0)  # r: shares of the rows; v[0]: z
+    for m, cpus in enumerate(node_cpus):
+        lp.le({lp.r(j, m): w for j, w in enumerate(workers)}, cpus, f"node n{m} cpus")
+    if network.link_bytes_per_s != math.inf:
+        for m in range(lp.n):
+            for way in ("out", "in"):
+                lp.le({**_crossing(lp, terms, m, way == "out"), 0: -1.0}, 0.0, f"link n{m} {way}")
+    _, (v, _) = _two_step(lp, terms, 1.0)
+    real = [[w * float(v[lp.r(j, m)]) for m in range(lp.n)] for j, w in enumerate(workers)]
     return _round(real, workers, node_cpus)
 
 
@@ -368,10 +351,7 @@ def _round(
     its CPUs: floors, then the largest remainders where a node has room, then the roomiest
     nodes (first on ties) for what is left."""
     n = len(node_cpus)
-    out = [[min(math.floor(x + TIE), w) for x in row] for row, w in zip(real, workers, strict=True)]
-    for j, w in enumerate(workers):  # floors can over-fill a segment only through TIE
-        while sum(out[j]) > w:
-            out[j][out[j].index(max(out[j]))] -= 1
+    out = [[math.floor(x + TIE) for x in row] for row in real]  # sum <= w + n * TIE: <= w
     room = [c - sum(row[m] for row in out) for m, c in enumerate(node_cpus)]
     need = [w - sum(row) for row, w in zip(out, workers, strict=True)]
     order = sorted(
