@@ -196,46 +196,40 @@ def _build(spec: PipelineSpec, terms: _Terms, node_cpus: Sequence[int], network:
         lp.le({lp.r(j, m): per_mib[j] for j in range(k) for m in range(n)}, free_mib, "memory")
     if spec.consumer_us_per_row > 0:
         lp.le({0: spec.consumer_us_per_row}, 1.0, "consumer")
-    if network.link_bytes_per_s != math.inf and n > 1:
-        link = network.link_bytes_per_s / 1e6  # bytes per row x Mrows/s
-        for m in range(n):
-            for way in ("out", "in"):
-                row = _crossing(lp, terms, m, way == "out")
-                if row:
-                    lp.le(row, link, f"link n{m} {way}")
+    if network.link_bytes_per_s != math.inf:
+        _links_within(lp, terms, {}, network.link_bytes_per_s / 1e6)  # bytes/row x Mrows/s
     return lp
 
 
-def _crossing(lp: _Lp, terms: _Terms, node: int, leaving: bool) -> dict[int, float]:
-    """Bytes per Mrow of every flow leaving ``node`` for another node (or entering it)."""
-    return {
-        lp.f(j, a, b): out
-        for j, out in enumerate(terms.out_bytes)
-        if out > 0
-        for a in range(lp.n)
-        for b in range(lp.n)
-        if a != b and node == (a if leaving else b)
-    }
-
-
-def _traffic(lp: _Lp, terms: _Terms) -> dict[int, float]:
-    """What the second solve minimizes: bytes crossing between nodes (rows crossing where no
-    segment hands on any bytes, so that a placement still keeps its chain together)."""
-    weights = terms.out_bytes if any(terms.out_bytes) else (1.0,) * lp.k
+def _crossing(
+    lp: _Lp, weights: Sequence[float], node: int | None = None, leaving: bool = True
+) -> dict[int, float]:
+    """``weights[j]`` for every flow of segment j between two nodes (those leaving ``node``,
+    or entering it; every such flow for None)."""
     return {
         lp.f(j, a, b): w
         for j, w in enumerate(weights)
-        for a in range(lp.n)
-        for b in range(lp.n)
-        if a != b and w > 0
+        if w > 0
+        for a, b in itertools.product(range(lp.n), repeat=2)
+        if a != b and node in (None, a if leaving else b)
     }
+
+
+def _links_within(lp: _Lp, terms: _Terms, extra: dict[int, float], rhs: float) -> None:
+    """One row per node and direction: bytes crossing its NIC + ``extra . v`` <= ``rhs``."""
+    for m, way in itertools.product(range(lp.n), ("out", "in")):
+        row = _crossing(lp, terms.out_bytes, m, way == "out")
+        if row:
+            lp.le({**row, **extra}, rhs, f"link n{m} {way}")
 
 
 def _two_step(lp: _Lp, terms: _Terms, sense: float) -> tuple[_Solved, _Solved]:
     """The best variable 0 (highest with ``sense`` -1, lowest with 1), then at that value the
-    flows crossing the fewest bytes."""
+    flows crossing the fewest bytes (the fewest rows where no segment hands on any bytes, so
+    that a placement still keeps its chain together)."""
     first = lp.solve({0: sense})
-    return first, lp.solve(_traffic(lp, terms), fixed=float(first[0][0]))
+    weights = terms.out_bytes if any(terms.out_bytes) else (1.0,) * lp.k
+    return first, lp.solve(_crossing(lp, weights), fixed=float(first[0][0]))
 
 
 def _binding(lp: _Lp, solved: _Solved) -> str:
@@ -336,9 +330,7 @@ def place(
     for m, cpus in enumerate(node_cpus):
         lp.le({lp.r(j, m): w for j, w in enumerate(workers)}, cpus, f"node n{m} cpus")
     if network.link_bytes_per_s != math.inf:
-        for m in range(lp.n):
-            for way in ("out", "in"):
-                lp.le({**_crossing(lp, terms, m, way == "out"), 0: -1.0}, 0.0, f"link n{m} {way}")
+        _links_within(lp, terms, {0: -1.0}, 0.0)
     _, (v, _) = _two_step(lp, terms, 1.0)
     real = [[w * float(v[lp.r(j, m)]) for m in range(lp.n)] for j, w in enumerate(workers)]
     return _round(real, workers, node_cpus)
