@@ -200,6 +200,35 @@ def shuffle(items: Sequence[Columns], seed: int, window: int) -> list[Columns]:
     return [{k: np.take(v, p, axis=0) for k, v in merged.items()} for p in parts]
 
 
+def apply_stage(
+    name: str,
+    cols: list[Columns],
+    seqs: Sequence[int],
+    seed: int,
+    downsample_rate: float,
+    shuffle_window: int,
+) -> list[Columns]:
+    """Run stage ``name`` (any but read) on a chunk of consecutive batches whose item sequence
+    numbers are ``seqs``: per batch, or for shuffle per window of ``shuffle_window`` batches
+    seeded by the window's first seq (so the rows of every batch depend on the seed and the
+    data only, whichever engine or worker runs it)."""
+    if name == "dense":
+        return [dense_transform(c) for c in cols]
+    if name == "sparse":
+        return [sparse_transform(c) for c in cols]
+    if name == "downsample":
+        return [downsample(c, downsample_rate, seed) for c in cols]
+    if name == "collate":
+        return [collate(c) for c in cols]
+    if name == "shuffle":
+        k = shuffle_window
+        out: list[Columns] = []
+        for a in range(0, len(cols), k):  # windows of k batches, seeded by their first seq
+            out += shuffle(cols[a : a + k], seed, seqs[a])
+        return out
+    raise ValueError(f"unknown stage {name!r}")
+
+
 def collate(cols: Columns) -> Columns:
     """Training layout: dense float32 [n,13], labels float32, and the 26 sparse features as
     KeyedJaggedTensor values/lengths/offsets in feature-major order (missing = empty bag)."""

@@ -161,26 +161,6 @@ def run_delay_s() -> float:
         os.close(fd)
 
 
-def _apply(
-    work: SegmentWork, name: str, cols: list[Columns], seqs: tuple[int, ...]
-) -> list[Columns]:
-    if name == "dense":
-        return [st.dense_transform(c) for c in cols]
-    if name == "sparse":
-        return [st.sparse_transform(c) for c in cols]
-    if name == "downsample":
-        return [st.downsample(c, work.downsample_rate, work.seed) for c in cols]
-    if name == "collate":
-        return [st.collate(c) for c in cols]
-    if name == "shuffle":
-        k = work.shuffle_window
-        out: list[Columns] = []
-        for a in range(0, len(cols), k):  # windows of k batches, seeded by their first seq
-            out += st.shuffle(cols[a : a + k], work.seed, seqs[a])
-        return out
-    raise ValueError(f"unknown stage {name!r}")
-
-
 def _read(
     msg: TaskMsg, reader: st.SplitReader, fetched: Fetched | None
 ) -> tuple[list[Columns], float, float]:
@@ -229,7 +209,8 @@ def run_task(
             rows[i] = sum(len(c["row_id"]) for c in cols)
         else:
             rows[i] = sum(len(c["row_id"]) for c in cols)
-            cols = _apply(work, work.stages[i], cols, msg.seqs)
+            cols = st.apply_stage(work.stages[i], cols, msg.seqs, work.seed,
+                                  work.downsample_rate, work.shuffle_window)  # fmt: skip
         cpu[i] += time.thread_time() - t
         delay, before = run_delay_s(), delay
         wall[i] = max(0.0, time.perf_counter() - w0 - waited - (delay - before))
