@@ -41,7 +41,9 @@ def require_ray() -> ModuleType:
         ray = importlib.import_module("ray")
         importlib.import_module("ray.data")
     except ImportError:
-        raise ConfigError(f"--engine ray needs Ray Data, which is not installed: {INSTALL}") from None
+        raise ConfigError(
+            f"--engine ray needs Ray Data, which is not installed: {INSTALL}"
+        ) from None
     found = tuple(int(x) for x in str(ray.__version__).split(".")[:2])
     if found != RAY_MINOR:
         raise ConfigError(
@@ -165,8 +167,11 @@ class RayRuntime:
         store = self.spec.object_store_mib << 20
         self._cluster = Cluster(
             initialize_head=True,
-            head_node_args={"num_cpus": 0, "include_dashboard": False,
-                            "object_store_memory": store},  # fmt: skip
+            head_node_args={
+                "num_cpus": 0,
+                "include_dashboard": False,
+                "object_store_memory": store,
+            },
         )
         for i, cpus in enumerate(self.spec.node_cpus()):
             self._cluster.add_node(num_cpus=cpus, object_store_memory=store,

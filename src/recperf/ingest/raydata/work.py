@@ -29,6 +29,10 @@ class StageTimes:
     """CPU seconds each stage spent (a spec stage's sleep stands for CPU work and counts)."""
     wall_s: tuple[float, ...]
     """Wall seconds each stage took, storage waits excluded."""
+    rows_out: int
+    """Rows the segment handed on (a block may carry a chunk of several batches as objects)."""
+    handoff_s: float = 0.0
+    """CPU seconds spent handing the output on, outside every stage."""
 
 
 SegmentFn = Callable[[Block], tuple[Block, StageTimes]]
@@ -45,8 +49,8 @@ class SegmentWork(Protocol):
 
     @property
     def start_s(self) -> float:
-        """Seconds a new worker sleeps before its first block (0: none); a segment with a slow
-        start runs as an actor pool, otherwise as a task pool (see ``engine``)."""
+        """Seconds a new worker sleeps before its first block (0: none): a stand-in for a slow
+        start (a model load) on top of the Ray worker's own."""
         ...
 
     def open(self) -> SegmentFn:
@@ -57,5 +61,39 @@ class SegmentWork(Protocol):
 def rows_of(block: Block) -> int:
     """Rows of a block (the length of its columns; 0 for a block without columns)."""
     for v in block.values():
-        return int(len(v))
+        return len(v)
     return 0
+
+
+class RayPipeline(Protocol):
+    """A chain of stages the Ray engine can run: a simulator spec's (``spec.SpecPipeline``)
+    or the Criteo data's (``criteo.CriteoPipeline``)."""
+
+    @property
+    def stage_names(self) -> tuple[str, ...]: ...
+
+    @property
+    def max_workers(self) -> tuple[int | None, ...]:
+        """Per-stage worker cap (None: none)."""
+        ...
+
+    @property
+    def memory_budget_bytes(self) -> float: ...
+
+    def memory_bytes(
+        self, workers: tuple[int, ...], segments: tuple[tuple[int, int], ...]
+    ) -> float:
+        """Predicted memory of ``workers`` per segment of ``segments``, bytes."""
+        ...
+
+    def works(self, segments: tuple[tuple[int, int], ...]) -> list[SegmentWork]:
+        """The work of each segment ``(first, stop)`` of the chain."""
+        ...
+
+    def items(self) -> int:
+        """Source items of one dataset (enough for the run or window it serves)."""
+        ...
+
+    def consume(self, block: Block) -> int:
+        """The trainer's side: take one output block; the rows it held."""
+        ...
