@@ -10,7 +10,7 @@ Two kinds exist: ``raydata.spec.SpecWork`` (a simulator spec's stages as sleeps)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -86,7 +86,7 @@ class RayPipeline(Protocol):
         """Predicted memory of ``workers`` per segment of ``segments``, bytes."""
         ...
 
-    def works(self, segments: tuple[tuple[int, int], ...]) -> list[SegmentWork]:
+    def works(self, segments: tuple[tuple[int, int], ...]) -> Sequence[SegmentWork]:
         """The work of each segment ``(first, stop)`` of the chain."""
         ...
 
