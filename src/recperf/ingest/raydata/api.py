@@ -173,7 +173,7 @@ def bound_json(spec: PipelineSpec) -> dict[str, Any]:
         "lp_binding": b.binding,
         "lp_workers": {
             "+".join(spec.stage_names[a:c]): x for (a, c), x in zip(segs, b.workers, strict=True)
-        },  # fmt: skip
+        },
     }
 
 
