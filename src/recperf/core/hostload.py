@@ -120,3 +120,34 @@ def other_load_cores(a: CpuSample, b: CpuSample) -> float:
     if not dt > 0 or not math.isfinite(other):
         return math.nan
     return max(0.0, other / dt)
+
+
+def tree_pids(pid: int, proc: Path = PROC) -> list[int]:
+    """``pid`` and its live descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if p in out:
+            continue
+        out.append(p)
+        todo += _children(p, proc)
+    return out
+
+
+def tree_memory_bytes(pid: int | None = None, proc: Path = PROC) -> float:
+    """Proportional set size (shared pages split among their sharers, so a shared-memory
+    object store is not counted once per process) of ``pid``'s tree (default: this process's),
+    bytes; NaN where /proc has no smaps_rollup."""
+    total = 0.0
+    for p in tree_pids(os.getpid() if pid is None else pid, proc):
+        try:
+            text = (proc / str(p) / "smaps_rollup").read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Pss:"):
+                total += int(line.split()[1]) * 1024
+                break
+        else:
+            return math.nan
+    return total

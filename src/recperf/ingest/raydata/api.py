@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, Measurement, even_split, fused
+from recperf.ingest.live.batch import PipelineConfig
 from recperf.ingest.raydata.runtime import ClusterSpec, RayRuntime
 from recperf.ingest.raydata.target import RayTarget, RayWindow
 from recperf.ingest.raydata.work import RayPipeline
@@ -22,6 +24,8 @@ from recperf.ingest.tuners.base import TUNERS, check_tuner
 from recperf.ingest.tuning import allocation_summary
 
 RAY_DEFAULT = "ray-default"
+MAX_DATA_ITEMS = 20_000
+"""The most source items (chunks) one dataset of the Criteo pipeline holds."""
 FIXED = ("fused", "even")
 TUNED = ("plumber", "autotune", "intune", "oracle", "static")
 ALLOCS = (RAY_DEFAULT, "auto", *TUNED, *FIXED)
@@ -116,6 +120,8 @@ def final_json(target: RayTarget, m: Measurement, w: RayWindow, default: bool) -
         "idle_logical_cpus": None if math.isnan(w.idle_cpus) else w.idle_cpus,
         "ray_overhead_ms_per_task": None if math.isnan(w.gap_ms) else w.gap_ms,
         "time_to_first_block_s": None if math.isnan(w.first_block_s) else w.first_block_s,
+        "cores_used": None if math.isnan(w.cores_used) else w.cores_used,
+        "peak_memory_bytes": None if math.isnan(w.memory_bytes) else w.memory_bytes,
         "other_load_cores": None if math.isnan(m.other_load_cores) else m.other_load_cores,
         "stage_cost_us_per_row": {
             n: (None if math.isnan(c) else c) for n, c in zip(names, m.cost_us_per_row, strict=True)
@@ -224,3 +230,37 @@ def spec_run(
             **bound,
             "fraction_of_bound": thr / bound["lp_bound_rows_per_s"],
         }
+
+
+ROWS_PER_S_CEILING = 3e6
+"""Rows/s one machine's Ray pipeline is sized for when ``data_run`` repeats the data (the
+dataset must outlast tuning windows and the run: each build is that many rows/s times them)."""
+
+
+def data_run(
+    data: str | Path,
+    config: PipelineConfig,
+    cluster: ClusterSpec,
+    alloc: str | Allocation,
+    *,
+    seconds: float = 10.0,
+    budget_s: float = 60.0,
+    warmup_s: float = 3.0,
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Criteo data's pipeline (``raydata.criteo``) on ``cluster``, repeating epochs so that
+    each dataset outlasts its window; the result document as ``spec_run``'s, without a bound."""
+    from recperf.ingest.raydata.criteo import CriteoPipeline
+
+    with RayRuntime(cluster) as rt:
+        probe = CriteoPipeline(data, replace(config, epochs=1))
+        rows = max(1, sum(probe.plan.counts))
+        horizon = seconds + warmup_s + 30.0
+        epochs = max(2, math.ceil(ROWS_PER_S_CEILING * horizon / rows))
+        epochs = min(epochs, max(2, MAX_DATA_ITEMS // max(1, probe.tasks_per_epoch)))
+        pipeline = CriteoPipeline(data, replace(config, epochs=None), repeat_epochs=epochs)
+        out = run_pipeline(pipeline, rt, alloc, seconds=seconds, budget_s=budget_s,
+                           warmup_s=warmup_s, seed=seed, options=options)  # fmt: skip
+        return {"data": str(data), "nodes": len(rt.node_cpus),
+                "cpus_per_node": list(rt.node_cpus), **out}  # fmt: skip

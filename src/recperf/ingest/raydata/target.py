@@ -14,7 +14,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from recperf.core import hostload
@@ -45,6 +45,11 @@ class RayWindow:
     time per task outside the stage where that segment is the bottleneck; NaN if unseen."""
     first_block_s: float
     """Seconds from building the dataset to the consumer's first block."""
+    cores_used: float
+    """Cores this process's tree (the driver, and Ray with its workers when recperf started
+    it on this machine) kept busy in the window."""
+    memory_bytes: float
+    """Peak proportional memory of that tree over the window's samples, bytes."""
 
 
 class RayTarget:
@@ -194,20 +199,25 @@ class RayTarget:
         assert stream is not None
         a = time.time()
         idle: list[float] = []
+        mem: list[float] = []
         k = 1
         load_a = hostload.sample()
         while (now := time.time()) < a + window_s and not stream.exhausted:
             stream.pull(min(a + window_s, now + 0.5))
             if time.time() >= a + window_s * k / SUBWINDOWS:
                 idle.append(float(self.runtime.ray.available_resources().get("CPU", 0.0)))
+                mem.append(hostload.tree_memory_bytes())
                 k += 1
         b = time.time()
-        load = hostload.other_load_cores(load_a, hostload.sample())
+        load_b = hostload.sample()
+        load = hostload.other_load_cores(load_a, load_b)
+        cores = (load_b.own_s - load_a.own_s) / (load_b.t - load_a.t)
         time.sleep(FLUSH_S + 0.1)  # the workers' last records of the window reach the meter
         self._drain()
         if stream.exhausted:
             raise RecperfError("the Ray dataset ended inside a measurement window")
         m, w = self._measurement(alloc, a, b, idle, load)
+        w = replace(w, cores_used=cores, memory_bytes=max(mem, default=math.nan))
         self.measurements.append(m)
         self.windows.append(w)
         return m
@@ -268,6 +278,8 @@ class RayTarget:
             idle_cpus=statistics.fmean(idle) if idle else math.nan,
             gap_ms=_median_gap_ms(recs, busiest),
             first_block_s=math.nan if stream.first_s is None else stream.first_s,
+            cores_used=math.nan,
+            memory_bytes=math.nan,
         )
         return m, w
 
