@@ -185,7 +185,7 @@ def bound_json(spec: PipelineSpec) -> dict[str, Any]:
 
 def spec_run(
     spec: PipelineSpec,
-    cluster: ClusterSpec,
+    cluster: ClusterSpec | RayRuntime,
     alloc: str | Allocation,
     *,
     seconds: float = 20.0,
@@ -195,41 +195,55 @@ def spec_run(
     options: Mapping[str, Any] | None = None,
     link_bytes_per_s: float = math.inf,
 ) -> dict[str, Any]:
-    """A spec's synthetic pipeline on ``cluster`` (see ``raydata.spec``), the result document:
-    throughput against the LP bound (on more than one node, the placement bound with a CPU
-    row per node and a network row per link), the final allocation per operator (and per
-    node), idle logical CPUs and Ray's overhead."""
+    """A spec's synthetic pipeline on ``cluster`` (see ``raydata.spec``; an open RayRuntime is
+    used as it is), the result document: throughput against the LP bound (on more than one
+    node, the placement bound with a CPU row per node and a network row per link), the final
+    allocation per operator (and per node), idle logical CPUs and Ray's overhead."""
+    if isinstance(cluster, RayRuntime):
+        return _spec_run(spec, cluster, alloc, seconds=seconds, budget_s=budget_s,
+                         warmup_s=warmup_s, seed=seed, options=options,
+                         link_bytes_per_s=link_bytes_per_s)  # fmt: skip
+    with RayRuntime(cluster) as rt:
+        return _spec_run(spec, rt, alloc, seconds=seconds, budget_s=budget_s,
+                         warmup_s=warmup_s, seed=seed, options=options,
+                         link_bytes_per_s=link_bytes_per_s)  # fmt: skip
+
+
+def _spec_run(
+    spec: PipelineSpec,
+    rt: RayRuntime,
+    alloc: str | Allocation,
+    *,
+    link_bytes_per_s: float,
+    **kw: Any,
+) -> dict[str, Any]:
     from recperf.ingest.raydata.spec import SpecPipeline
     from recperf.ingest.sim.placement import Network, place, placement_lp_bound
 
     network = Network(link_bytes_per_s=link_bytes_per_s)
-    with RayRuntime(cluster) as rt:
-        pipeline = SpecPipeline(spec, rt.cpus)
-        cpus = rt.node_cpus
-        placer = None
-        if len(cpus) > 1:
+    pipeline = SpecPipeline(spec, rt.cpus)
+    cpus = rt.node_cpus
+    placer = None
+    if len(cpus) > 1:
 
-            def placer(a: Allocation) -> tuple[tuple[int, ...], ...]:
-                return place(pipeline.spec, a, cpus, network)
+        def placer(a: Allocation) -> tuple[tuple[int, ...], ...]:
+            return place(pipeline.spec, a, cpus, network)
 
-        out = run_pipeline(pipeline, rt, alloc, seconds=seconds, budget_s=budget_s,
-                           warmup_s=warmup_s, seed=seed, options=options,
-                           placer=placer)  # fmt: skip
-        bound = bound_json(pipeline.spec)
-        if len(cpus) > 1:
-            pb = placement_lp_bound(pipeline.spec, cpus, network)
-            bound["lp_bound_rows_per_s"] = pb.throughput_rows_per_s
-            bound["lp_binding"] = pb.binding
-        thr = out["throughput_rows_per_s"]
-        return {
-            "spec": spec.name,
-            "nodes": len(cpus),
-            "cpus_per_node": list(cpus),
-            "block_rows": pipeline.rows,
-            **out,
-            **bound,
-            "fraction_of_bound": thr / bound["lp_bound_rows_per_s"],
-        }
+    out = run_pipeline(pipeline, rt, alloc, placer=placer, **kw)
+    bound = bound_json(pipeline.spec)
+    if len(cpus) > 1:
+        pb = placement_lp_bound(pipeline.spec, cpus, network)
+        bound["lp_bound_rows_per_s"] = pb.throughput_rows_per_s
+        bound["lp_binding"] = pb.binding
+    return {
+        "spec": spec.name,
+        "nodes": len(cpus),
+        "cpus_per_node": list(cpus),
+        "block_rows": pipeline.rows,
+        **out,
+        **bound,
+        "fraction_of_bound": out["throughput_rows_per_s"] / bound["lp_bound_rows_per_s"],
+    }
 
 
 ROWS_PER_S_CEILING = 3e6
