@@ -148,7 +148,7 @@ class RayRuntime:
                 ray.init(address=spec.address, **common)
             elif spec.nodes == 1:
                 self._started = True
-                ray.init(num_cpus=spec.node_cpus()[0], include_dashboard=False,
+                ray.init(address="local", num_cpus=spec.node_cpus()[0], include_dashboard=False,
                          object_store_memory=spec.object_store_mib << 20, **common)  # fmt: skip
             else:
                 self._started = True
