@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from recperf.cli import ingest_ray as ray_cli
 from recperf.cli.common import err_console, show
 from recperf.cli.options import Flag, Settings, command
 from recperf.core.config import from_mapping
@@ -176,7 +177,11 @@ PIPELINE_FLAGS = (
 PIPELINE_HELP = "pipeline (PipelineConfig: batch_size, chunk_rows, read_concurrency, ...)"
 
 
-_DATA = typer.Option(..., help="Criteo data: a Parquet / TSV(.gz) file or a directory of shards.")
+_DATA = typer.Option(
+    None, help="Criteo data: a Parquet / TSV(.gz) file or a directory of shards (required "
+    "unless --engine ray --spec).",
+)  # fmt: skip
+_NO_DATA = "--data: required (Criteo data: a Parquet / TSV(.gz) file or a directory of shards)"
 _CORES = typer.Option(None, help="Cores to share among the stages, >= 1 (default: all).")
 
 
@@ -185,12 +190,13 @@ _CORES = typer.Option(None, help="Cores to share among the stages, >= 1 (default
 )  # fmt: skip
 def run_cmd(
     settings: Settings,
-    data: Path = _DATA,
+    data: Path | None = _DATA,
     alloc: str = typer.Option(
         "fused",
         help="fused (one segment, a worker per core), even (every stage its own segment, cores "
         "dealt round-robin), auto (tune a few seconds with plumber, then run) or an allocation "
-        "TOML from `ingest tune`.",
+        "TOML from `ingest tune`. --engine ray also takes ray-default (Ray Data's autoscalers) "
+        "and a tuner's name: plumber, autotune, intune, oracle, static.",
     ),
     seconds: float = typer.Option(
         10.0, help="Seconds to measure (after a 1 s warm-up; > 0, at most a day)."
@@ -207,9 +213,26 @@ def run_cmd(
         help=f"Storage requests each reading worker keeps in flight (1..{MAX_INFLIGHT}; "
         "default: the allocation file's, else the pipeline's read_concurrency).",
     ),
+    engine: str = ray_cli.ENGINE,
+    address: str | None = ray_cli.ADDRESS,
+    spec: str | None = ray_cli.SPEC,
+    nodes: int | None = ray_cli.NODES,
+    cpus_per_node: int | None = ray_cli.CPUS_PER_NODE,
+    link_gbps: float | None = ray_cli.LINK_GBPS,
+    budget_s: float | None = typer.Option(
+        None, help="--engine ray: tuning budget, seconds, when --alloc names a tuner (default 120)."
+    ),
 ) -> None:
     """Run the live pipeline and report throughput (with its 90% interval over 0.5-s
     sub-windows and the machine's other load), per-stage metrics, hand-off and consumer CPU."""
+    flags = ray_cli.RayFlags(engine=engine, address=address, spec=spec, nodes=nodes,
+                             cpus_per_node=cpus_per_node, link_gbps=link_gbps)  # fmt: skip
+    if flags.check(native_only=("cores", "threads", "inflight"), ray_only=("budget_s",)):
+        job = ray_cli.prepare(settings, flags, data)
+        ray_cli.run(settings, job, ray_cli.allocation(job, alloc), seconds, budget_s)
+        return
+    if data is None:
+        raise ConfigError(_NO_DATA)
     from recperf.ingest import api
     from recperf.ingest.live.batch import PipelineConfig
 
@@ -272,7 +295,7 @@ def _load(cores: float | None) -> str:
 )  # fmt: skip
 def tune_cmd(
     settings: Settings,
-    data: Path = _DATA,
+    data: Path | None = _DATA,
     tuner: str = typer.Option("intune", help="static, autotune, plumber, intune, oracle, or M:A."),
     budget_s: float = typer.Option(60.0, help="Seconds of live tuning (> 0, at most a day)."),
     cores: int | None = _CORES,
@@ -286,8 +309,21 @@ def tune_cmd(
     max_extend: float = typer.Option(
         3.0, help="The most a window grows, times its tuner's window (1..100; 1: never)."
     ),
+    engine: str = ray_cli.ENGINE,
+    address: str | None = ray_cli.ADDRESS,
+    spec: str | None = ray_cli.SPEC,
+    nodes: int | None = ray_cli.NODES,
+    cpus_per_node: int | None = ray_cli.CPUS_PER_NODE,
+    link_gbps: float | None = ray_cli.LINK_GBPS,
 ) -> None:
     """Tune the live pipeline's cuts and workers; write the allocation `run --alloc` reads."""
+    flags = ray_cli.RayFlags(engine=engine, address=address, spec=spec, nodes=nodes,
+                             cpus_per_node=cpus_per_node, link_gbps=link_gbps)  # fmt: skip
+    if flags.check(native_only=("cores", "warmup_s", "rel_tol", "max_extend")):
+        ray_cli.tune(settings, ray_cli.prepare(settings, flags, data), tuner, budget_s, final_s)
+        return
+    if data is None:
+        raise ConfigError(_NO_DATA)
     from recperf.ingest import api
     from recperf.ingest.base import Measurement
     from recperf.ingest.live.batch import PipelineConfig
