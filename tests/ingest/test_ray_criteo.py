@@ -1,12 +1,12 @@
 """The live pipeline on Ray Data: every row of an epoch exactly once, in the same batches (rows,
-order and content) as the native engine, also when a Ray worker is killed mid-epoch."""
+order and content) as the native engine, also when a Ray worker is killed mid-epoch. The Ray
+tests share the package's Ray instance (``conftest.ray_runtime``: two nodes of one CPU)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +19,7 @@ from recperf.ingest.live.batch import Batch, PipelineConfig
 from recperf.ingest.live.dataset import PipelineDataset, batches
 from recperf.ingest.raydata.criteo import CriteoPipeline
 from recperf.ingest.raydata.engine import ITEM
-from recperf.ingest.raydata.runtime import ClusterSpec, RayRuntime
+from recperf.ingest.raydata.runtime import RayRuntime
 
 pytest.importorskip("ray.data")
 
@@ -36,12 +36,6 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out[fmt] = tmp_path_factory.mktemp(fmt)
         generate(GenerateConfig(rows=ROWS, shards=2, seed=2, format=fmt), out[fmt])
     return out
-
-
-@pytest.fixture(scope="module")
-def rt() -> Iterator[RayRuntime]:
-    with RayRuntime(ClusterSpec(cpus_per_node=2)) as runtime:
-        yield runtime
 
 
 def native(path: Path, cfg: PipelineConfig) -> list[Batch]:
@@ -102,11 +96,11 @@ def test_the_ray_engine_is_wired_and_refuses_bad_choices(data: dict[str, Path]) 
 
 
 @pytest.fixture(scope="module")
-def parquet_epoch(data: dict[str, Path], rt: RayRuntime) -> list[Batch]:
+def parquet_epoch(data: dict[str, Path], ray_runtime: RayRuntime) -> list[Batch]:
     """One epoch of the Parquet data through one fused operator (a worker per logical CPU)."""
     from recperf.ingest.raydata.dataset import ray_batches
 
-    return list(ray_batches(data["parquet"], CFG, "fused", runtime=rt))
+    return list(ray_batches(data["parquet"], CFG, "fused", runtime=ray_runtime))
 
 
 def test_one_fused_epoch_on_ray_is_the_native_epoch(
@@ -117,12 +111,12 @@ def test_one_fused_epoch_on_ray_is_the_native_epoch(
 
 
 def test_an_epoch_cut_into_two_operators_is_the_native_epoch(
-    data: dict[str, Path], rt: RayRuntime
+    data: dict[str, Path], ray_runtime: RayRuntime
 ) -> None:
     from recperf.ingest.raydata.dataset import ray_batches
 
     alloc = Allocation(workers=(1, 1), cuts=(3,))  # read+dense+sparse | shuffle+collate
-    got = list(ray_batches(data["tsv"], CFG, alloc, runtime=rt))
+    got = list(ray_batches(data["tsv"], CFG, alloc, runtime=ray_runtime))
     assert_same(got, native(data["tsv"], CFG), 1)
     assert sum(b.size for b in got) == ROWS
 
@@ -158,14 +152,14 @@ def _workers(root: int) -> list[int]:
 
 
 def test_a_worker_killed_mid_epoch_is_retried_and_rows_arrive_once(
-    data: dict[str, Path], rt: RayRuntime
+    data: dict[str, Path], ray_runtime: RayRuntime
 ) -> None:
     from recperf.ingest.raydata.dataset import ray_batches
 
     # storage latency makes each read task take ~0.8 s, so tasks are in flight at the kill
     cfg = PipelineConfig(batch_size=250, chunk_rows=1_000, shuffle_window=2, seed=1,
                          read_latency_ms=200, read_concurrency=1)  # fmt: skip
-    it = ray_batches(data["parquet"], cfg, "fused", runtime=rt)
+    it = ray_batches(data["parquet"], cfg, "fused", runtime=ray_runtime)
     got = [next(it)]
     victims = _workers(os.getpid())
     assert victims, "no Ray Data worker found"

@@ -165,7 +165,8 @@ class CriteoPipeline:
         from recperf.ingest.live.plan import Plan
 
         self.config = config
-        plan = Plan(data, config)
+        self.plan = plan = Plan(data, config)
+        """The read plan (its tasks already dealt into ``reads``; ``counts`` rows per split)."""
         self._names = config.stage_names()
         self.epochs = config.epochs if config.epochs is not None else max(1, repeat_epochs)
         k = plan.read_task_splits
