@@ -43,6 +43,8 @@ from recperf.ingest.sim.model import load_spec
 
 TUNERS = ("plumber",)
 REAL_MODES = ("ray-default", "ray-tuned", "native", "torchdata_nodes")
+PACKAGED = Path(__file__).resolve().parent.parent / "src/recperf/data/ingest/bench_ray.json"
+"""What the report's Ray comparison shows: {"scale": ..., "real": ...} of the two commands."""
 
 
 def machine() -> str:
@@ -261,6 +263,9 @@ def main() -> None:
     re_.add_argument("--budget-s", type=float, default=90.0)
     re_.add_argument("--timeout-s", type=float, default=600.0)
     re_.add_argument("--out", default="benchmarks/results/ingest_ray_real.json")
+    pk = sub.add_parser("package", help="merge the two results into the report's bundled file")
+    pk.add_argument("--scale", default="benchmarks/results/ingest_ray_scale.json")
+    pk.add_argument("--real", default="benchmarks/results/ingest_ray_real.json")
     one = sub.add_parser("one", help=argparse.SUPPRESS)
     one.add_argument("--mode", required=True)
     one.add_argument("--data", required=True)
@@ -270,6 +275,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.cmd == "one":
         real_one(args)
+        return
+    if args.cmd == "package":
+        doc = {k: json.loads(Path(getattr(args, k)).read_text()) for k in ("scale", "real")}
+        PACKAGED.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {PACKAGED}")
         return
     t0 = time.monotonic()
     res = scale(args) if args.cmd == "scale" else real(args)
