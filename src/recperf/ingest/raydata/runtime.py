@@ -12,8 +12,11 @@ import contextlib
 import importlib
 import logging
 import os
+import signal
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -143,17 +146,20 @@ class RayRuntime:
                   "configure_logging": False}  # fmt: skip
         spec = self.spec
         try:
-            if spec.address is not None:
-                _probe(spec.address)
-                ray.init(address=spec.address, **common)
-            elif spec.nodes == 1:
-                self._started = True
-                ray.init(address="local", num_cpus=spec.node_cpus()[0], include_dashboard=False,
-                         object_store_memory=spec.object_store_mib << 20, **common)  # fmt: skip
-            else:
-                self._started = True
-                self._start_cluster()
-                ray.init(address=self._cluster.address, **common)
+            with _keep_signal_handlers():
+                if spec.address is not None:
+                    _probe(spec.address)
+                    ray.init(address=spec.address, **common)
+                elif spec.nodes == 1:
+                    self._started = True
+                    ray.init(address="local", num_cpus=spec.node_cpus()[0],
+                             include_dashboard=False,
+                             object_store_memory=spec.object_store_mib << 20,
+                             **common)  # fmt: skip
+                else:
+                    self._started = True
+                    self._start_cluster()
+                    ray.init(address=self._cluster.address, **common)
             _quiet(ray)
             self._read_nodes()
         except BaseException:
@@ -202,6 +208,25 @@ class RayRuntime:
             self._cluster = None
         if self._started:
             _wait_gone(time.monotonic() + 10.0)
+
+
+@contextlib.contextmanager
+def _keep_signal_handlers() -> Iterator[None]:
+    """Put back the caller's SIGTERM, SIGINT and SIGHUP handlers after starting or joining Ray:
+    ``ray.init`` installs its own SIGTERM handlers (the driver's ``sys.exit(15)``, a head node's
+    that kills its processes and exits 1) and its core worker absl's failure-signal handler,
+    which turns SIGTERM into an abort (exit -6); either bypasses the caller's unwinding, so Ray
+    would not be shut down through ``__exit__``. ``signal.signal`` reinstalls the handler at
+    the C level too. Only the main thread can set handlers."""
+    main = threading.current_thread() is threading.main_thread()
+    sigs = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    saved = {s: signal.getsignal(s) for s in sigs} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in saved.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def _wait_gone(deadline: float) -> None:
