@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,14 +144,14 @@ def _interrupt(run: Run, sig: signal.Signals) -> None:
         run.proc.send_signal(sig)
 
 
-def _check_interrupted(run: Run, sig: signal.Signals) -> None:
+def _check_interrupted(run: Run, sig: signal.Signals, gone_s: float = 5) -> None:
     rc = run.finish()
     err = run.stderr()
     assert rc == 128 + sig, err
     lines = [line for line in err.splitlines() if line.startswith("interrupted")]
     assert len(lines) == 1, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    _until(lambda: not _alive(run.seen), 5, f"processes {_alive(run.seen)} to exit")
+    _until(lambda: not _alive(run.seen), gone_s, f"processes {_alive(run.seen)} to exit")
     assert _mentioning(str(run.tmp)) == []
 
 
@@ -369,3 +370,40 @@ def test_ingest_run_of_thread_workers_interrupted_leaves_nothing(
     _check_interrupted(run, sig)
     assert _shm_of(run.proc.pid) == []
     assert _tmp_files(tmp_path) == []
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _foreign_shm(name: str, mine: set[int]) -> bool:
+    """A shared-memory file another engineer's native pipeline made meanwhile (rp<pid>x...)."""
+    m = re.match(r"rp(\d+)x", name)
+    return m is not None and int(m.group(1)) not in mine
+
+
+def test_ingest_run_on_ray_sigterm_shuts_ray_down(
+    start: Callable[[list[str]], Run], tmp_path: Path
+) -> None:
+    """A local Ray instance (GCS, raylet, an actor pool of the spec pipeline) unwinds like the
+    native engine: one line, 143, and every Ray process and object-store file gone."""
+    shm = set(os.listdir("/dev/shm"))
+    out = str(tmp_path / "out")
+    run = start(["ingest", "run", "--engine", "ray", "--spec", "live-2", "--cpus-per-node", "2",
+                 "--alloc", "fused", "--seconds", "120", "--out", out])  # fmt: skip
+
+    def streaming() -> bool:  # the operator's actors run: the dataset is executing
+        names = {_comm(p) for p in run.seen}
+        return {"raylet", "gcs_server"} <= names and any(
+            n.startswith("ray::MapWorker") for n in names
+        )
+
+    _work_started(run, streaming, 240, "Ray's GCS, raylet and the operator's actors")
+    run.proc.send_signal(signal.SIGTERM)
+    _check_interrupted(run, signal.SIGTERM, gone_s=10)
+    mine = {run.proc.pid, *run.seen}
+    assert [n for n in set(os.listdir("/dev/shm")) - shm if not _foreign_shm(n, mine)] == []
+    assert not (tmp_path / "out" / "summary.json").exists()
