@@ -14,6 +14,7 @@ import pytest
 from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuning import simulate
+from recperf.report import ingest_ray
 from recperf.report import ingest_section as ing
 from recperf.report.builder import SECTIONS
 from recperf.report.cluster_section import cluster_section
@@ -28,6 +29,9 @@ QUICK_FIGURES = ("sim-0-criteo-16", "sim-split", "live-throughput", "live-split"
 BENCH = load_bundled()
 if BENCH is not None:
     QUICK_FIGURES = (*QUICK_FIGURES, "peers")
+# and one Ray Data figure per part of the bundled Ray benchmark
+RAY_PARTS = ingest_ray.parts(ingest_ray.load_bundled())
+QUICK_FIGURES = (*QUICK_FIGURES, *(f"ray-{p}" for p in RAY_PARTS))
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +106,8 @@ def test_quick_html_shows_tables_figures_and_the_paragraph(
     for part in QUICK_FIGURES:
         assert f'<div class="rp-figure" id="ingest-{part}"' in page
     assert page.count('class="rp-figure"') == len(QUICK_FIGURES)
-    assert page.count('<table class="rp-table">') == 2  # simulated and live; nothing failed
+    # simulated and live (nothing failed), and the Ray allocations where a scale run is bundled
+    assert page.count('<table class="rp-table">') == 2 + ("scale" in RAY_PARTS)
     assert html.escape(ing.outcome_text(section.data["outcome"])) in page
     for run in section.data["simulated"][0]["runs"]:
         shown = f"{100 * run['fraction_of_bound']:,.1f}"
@@ -239,7 +244,7 @@ def test_names_and_errors_are_escaped() -> None:
     assert '<td class="rp-l">live</td><td class="rp-l">plumber</td>' in page
     assert f"on spec-{EVIL_ESCAPED} (16 cores" in page  # the paragraph
     figures = _specs(page)
-    assert len(figures) == 4 + (BENCH is not None)  # each spec ends where it should
+    assert len(figures) == 4 + (BENCH is not None) + len(RAY_PARTS)  # each spec ends right
     labels = json.dumps(figures)
     assert EVIL_ESCAPED in labels and "<script" not in labels
     split = figures[1]

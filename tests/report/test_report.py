@@ -30,7 +30,7 @@ from recperf.cluster.sweep import Sweep, SweepResult
 from recperf.cluster.topology import PRESETS
 from recperf.core.results import dumps_json
 from recperf.ingest.sim import model as sim
-from recperf.report import build_report
+from recperf.report import build_report, ingest_ray
 from recperf.report import netsens_section as ns
 from recperf.report.builder import render_page
 from recperf.report.cluster_section import SCHEDULERS, ClusterRun, section_from_runs
@@ -44,10 +44,12 @@ EVIL_DOM = "<script>document.body.dataset.pwned='yes'</script>"
 FIGURE_PARTS = ("jct-cdf", "util", "makespan", "jct-mean")
 NETSENS_PARTS = ("jct-cdf", "makespan", "jct-mean", "comm")
 # The ingestion section's figures: one line per simulated spec, one split, two live, and the
-# side-by-side bars against the peers when a benchmark result is bundled.
+# side-by-side bars against the peers when a benchmark result is bundled, and one Ray Data
+# figure per part (scale, real) of the bundled Ray benchmark.
 PEER_BARS = 1 if load_bundled() is not None else 0
-INGEST_QUICK_FIGURES = 4 + PEER_BARS
-INGEST_FULL_FIGURES = len(sim.BUNDLED) + 3 + PEER_BARS
+RAY_FIGURES = len(ingest_ray.parts(ingest_ray.load_bundled()))
+INGEST_QUICK_FIGURES = 4 + PEER_BARS + RAY_FIGURES
+INGEST_FULL_FIGURES = len(sim.BUNDLED) + 3 + PEER_BARS + RAY_FIGURES
 # The stall section's figures: the breakdown, the all-reduce model and the advisor's frontier.
 STALLS_FIGURES = 3
 # The embedding section's figures: reuse distance, coverage, the CPU benchmark's ms, GB/s and

@@ -19,6 +19,7 @@ from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.ingest.sim import model as sim
 from recperf.ingest.tuning import simulate
+from recperf.report import ingest_ray
 from recperf.report.ingest_live import (
     KEY,
     LIVE,
@@ -241,9 +242,9 @@ def _spread(lv: Mapping[str, Any]) -> str:
 def section_from_runs(simulated: Sequence[Mapping[str, Any]], live: Mapping[str, Any]) -> Section:
     """The section for already finished simulated and live runs."""
     outcome = measured_outcome(simulated, live)
-    bench = load_bundled()
+    bench, ray_doc = load_bundled(), ingest_ray.load_bundled()
     data = {"tuners": list(TUNER_NAMES), "simulated": list(simulated), "live": live,
-            "peers": bench}  # fmt: skip
+            "peers": bench, "ray": ingest_ray.summary(ray_doc)}  # fmt: skip
     data["outcome"] = outcome
     budgets = sorted({float(s["budget_s"]) for s in simulated})
     setup = (
@@ -263,6 +264,7 @@ def section_from_runs(simulated: Sequence[Mapping[str, Any]], live: Mapping[str,
         + f'<div class="rp-grid">{"".join(sim_figs)}</div>'
         + live_html(live)
         + peers_html(bench)
+        + ingest_ray.ray_html(ray_doc)
     )
     return Section(title=TITLE, key=KEY, html=body, data=data)
 
