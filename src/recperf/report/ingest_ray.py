@@ -300,24 +300,30 @@ def _ops(r: Mapping[str, Any]) -> str:
 def _scale_table(runs: Sequence[Mapping[str, Any]]) -> str:
     rows: list[list[object]] = []
     for spec, spec_runs in _by_spec(runs).items():
-        default = next((r for r in spec_runs if r["chosen_by"] == RAY_DEFAULT), None)
+        d = next((r for r in spec_runs if r["chosen_by"] == RAY_DEFAULT), None)
         for r in spec_runs:
             if r["chosen_by"] == RAY_DEFAULT:
                 continue
-            d_cells = [_ops(default), _idle_cell(default), f"{default['fraction_of_bound']:.2f}"] \
-                if default else ["—"] * 3  # fmt: skip
-            ratio = r["throughput_rows_per_s"] / default["throughput_rows_per_s"] if default \
-                else float("nan")  # fmt: skip
-            rows.append([spec, *d_cells, r["chosen_by"], _ops(r), _idle_cell(r),
-                         f"{r['fraction_of_bound']:.2f}", fmt_num(ratio, 2)])  # fmt: skip
-    header = ["spec", "Ray default: workers", "idle CPUs", "of LP bound", "recperf tuner",
-              "workers", "idle CPUs", "of LP bound", "x default"]  # fmt: skip
+            if d is None:
+                pairs = [("—", _ops(r)), ("—", _idle_cell(r)), ("—", _frac(r))]
+                ratio = float("nan")
+            else:
+                pairs = [(_ops(d), _ops(r)), (_idle_cell(d), _idle_cell(r)), (_frac(d), _frac(r))]
+                ratio = r["throughput_rows_per_s"] / d["throughput_rows_per_s"]
+            rows.append([spec, r["chosen_by"], *(c for p in pairs for c in p), fmt_num(ratio, 2)])
+    header = ["spec", "recperf tuner", "workers: Ray default", "workers: recperf",
+              "idle CPUs: default", "idle CPUs: recperf", "of LP bound: default",
+              "of LP bound: recperf", "recperf / default"]  # fmt: skip
     caption = (
         "Final allocations side by side: operator x workers, logical CPUs left idle of the "
         "cluster's, throughput as a fraction of the LP bound, and the tuned throughput over "
         "Ray Data's default."
     )
-    return table_html(header, rows, caption=caption, left_cols=2)
+    return table_html(header, rows, caption=caption, left_cols=4)
+
+
+def _frac(r: Mapping[str, Any]) -> str:
+    return f"{r['fraction_of_bound']:.2f}"
 
 
 def _idle_cell(r: Mapping[str, Any]) -> str:
@@ -334,7 +340,7 @@ def _real_figure(real: Mapping[str, Any]) -> str:
         labels = [html.escape(REAL_LABELS.get(m, m)) for m in modes]
         fig.add_trace(
             go.Bar(x=labels, y=[modes[m]["throughput_rows_per_s"] / 1e3 for m in modes],
-                   marker={"color": [color_of(i) for i in range(len(modes))]},
+                   marker={"color": [_mode_color(m) for m in modes]},
                    name="median", legendgroup="median", showlegend=col == 1),
             row=1, col=col,
         )  # fmt: skip
@@ -353,3 +359,9 @@ def _real_figure(real: Mapping[str, Any]) -> str:
         f"a fresh process). {_provenance(real)}"
     )
     return figure_html(f"{KEY}-ray-real", fig, note)
+
+
+def _mode_color(mode: str) -> str:
+    """One colour per configuration in both formats' panels, whichever ran."""
+    order = list(REAL_LABELS)
+    return color_of(order.index(mode) if mode in order else len(order))
