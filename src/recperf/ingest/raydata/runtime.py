@@ -34,6 +34,8 @@ NODE_LABEL = "recperf-node"
 """The label each node of a local multi-node cluster carries (``n0``, ``n1``, ...)."""
 ADDRESS_TIMEOUT_S = 15.0
 """How long ``--address`` may take to answer before it is one line, exit 2."""
+START_ATTEMPTS = 2
+"""Ray gives a new node a fixed 30 s to register; on a loaded machine a start is tried twice."""
 MAX_NODES = 64
 MAX_CPUS_PER_NODE = 256
 
@@ -144,28 +146,36 @@ class RayRuntime:
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         common = {"log_to_driver": False, "logging_level": logging.WARNING,
                   "configure_logging": False}  # fmt: skip
-        spec = self.spec
         try:
             with _keep_signal_handlers():
-                if spec.address is not None:
-                    _probe(spec.address)
-                    ray.init(address=spec.address, **common)
-                elif spec.nodes == 1:
-                    self._started = True
-                    ray.init(address="local", num_cpus=spec.node_cpus()[0],
-                             include_dashboard=False,
-                             object_store_memory=spec.object_store_mib << 20,
-                             **common)  # fmt: skip
-                else:
-                    self._started = True
-                    self._start_cluster()
-                    ray.init(address=self._cluster.address, **common)
+                for attempt in range(START_ATTEMPTS):
+                    try:
+                        self._init(common)
+                        break
+                    except Exception as exc:  # Ray raises a bare Exception for this
+                        if "timed out during startup" not in str(exc) or attempt:
+                            raise
+                        self.__exit__(None, None, None)  # a loaded machine: once more
             _quiet(ray)
             self._read_nodes()
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
+
+    def _init(self, common: dict[str, Any]) -> None:
+        ray, spec = self.ray, self.spec
+        if spec.address is not None:
+            _probe(spec.address)
+            ray.init(address=spec.address, **common)
+        elif spec.nodes == 1:
+            self._started = True
+            ray.init(address="local", num_cpus=spec.node_cpus()[0], include_dashboard=False,
+                     object_store_memory=spec.object_store_mib << 20, **common)  # fmt: skip
+        else:
+            self._started = True
+            self._start_cluster()
+            ray.init(address=self._cluster.address, **common)
 
     def _start_cluster(self) -> None:
         from ray.cluster_utils import Cluster
