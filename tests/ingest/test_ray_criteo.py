@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -130,16 +131,17 @@ def test_a_ray_batch_gives_a_keyed_jagged_tensor(parquet_epoch: list[Batch]) -> 
     assert kjt.values().numel() == int(b.lengths.sum()) > 0
 
 
-def _workers(root: int) -> list[int]:
-    """Pids of Ray Data's map actors below ``root`` (this process: its raylet's workers)."""
+def _busy_worker(root: int) -> int | None:
+    """A Ray Data map actor below process ``root`` (this one: its raylets' workers) that is
+    running a block now (Ray titles a worker ``ray::<actor>.<method>`` while it runs one)."""
     parent: dict[int, int] = {}
     title: dict[int, bytes] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError):
                 stat = Path(f"/proc/{entry}/stat").read_text()
                 parent[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-                title[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes()
+                title[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0]
 
     def below(pid: int) -> bool:
         while pid > 1:
@@ -148,23 +150,28 @@ def _workers(root: int) -> list[int]:
                 return True
         return False
 
-    return [p for p, t in title.items() if t.startswith(b"ray::MapWorker") and below(p)]
+    for pid, t in title.items():
+        if t.startswith(b"ray::MapWorker") and t.endswith(b".submit") and below(pid):
+            return pid
+    return None
 
 
-def test_a_worker_killed_mid_epoch_is_retried_and_rows_arrive_once(
+def test_a_worker_killed_mid_block_is_retried_and_rows_arrive_once(
     data: dict[str, Path], ray_runtime: RayRuntime
 ) -> None:
     from recperf.ingest.raydata.dataset import ray_batches
 
-    # storage latency makes each read task take ~0.8 s, so tasks are in flight at the kill
-    cfg = PipelineConfig(batch_size=250, chunk_rows=1_000, shuffle_window=2, seed=1,
+    # storage latency makes each of the 12 read tasks take ~0.8 s, so blocks are still being
+    # made when the first batch arrives; the worker killed is one inside a block
+    cfg = PipelineConfig(batch_size=250, chunk_rows=1_000, shuffle_window=2, seed=1, epochs=3,
                          read_latency_ms=200, read_concurrency=1)  # fmt: skip
     it = ray_batches(data["parquet"], cfg, "fused", runtime=ray_runtime)
     got = [next(it)]
-    victims = _workers(os.getpid())
-    assert victims, "no Ray Data worker found"
-    os.kill(victims[0], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while (victim := _busy_worker(os.getpid())) is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert victim is not None, "no Ray Data worker was running a block"
+    os.kill(victim, signal.SIGKILL)
     got += list(it)
-    assert not Path(f"/proc/{victims[0]}/cmdline").exists() or not _workers(os.getpid())
-    assert_same(got, native(data["parquet"], cfg), 1)
-    assert sum(b.size for b in got) == ROWS
+    assert_same(got, native(data["parquet"], cfg), 3)
+    assert sum(b.size for b in got) == 3 * ROWS
