@@ -6,10 +6,11 @@ functions and shuffle windows, so the rows of every batch match the native engin
 Source item ``i`` is read task ``i`` of the native engine's order (``Plan.next_read_task``):
 epoch ``i // tasks_per_epoch``, that epoch's task ``i % tasks_per_epoch``. Between operators a
 block has one row per chunk: column ``chunk`` an object array holding the chunk's list of
-column dicts (Ray pickles it with protocol 5, so each numpy array is copied once) and column
+column dicts (Ray Data stores it as a pickled-object Arrow column, pickle's default protocol
+4: each numpy array is copied into the pickle and out of it, and comes out writable) and column
 ``seq`` the item sequence number of its first batch (the shuffle seeds its windows by it). The
 last segment's chunks hold collated dicts, which ``consume`` turns into ``Batch``es without a
-copy.
+further copy.
 
 The workers' side imports neither torch nor the native engine's plan (about 2 s of CPU per
 actor on the 2-core test machine): the driver hands the first segment its read tasks."""
