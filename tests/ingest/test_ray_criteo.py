@@ -1,6 +1,6 @@
 """The live pipeline on Ray Data: every row of an epoch exactly once, in the same batches (rows,
 order and content) as the native engine, also when a Ray worker is killed mid-epoch. The Ray
-tests share the package's Ray instance (``conftest.ray_runtime``: two nodes of one CPU)."""
+tests share the package's Ray instance (``conftest.ray_runtime``)."""
 
 from __future__ import annotations
 
