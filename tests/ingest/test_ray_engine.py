@@ -72,8 +72,9 @@ def test_plumber_drives_ray_to_the_bound_and_ray_default_is_measured(
 
 def test_remote_args_place_workers_round_robin_by_the_placement() -> None:
     pytest.importorskip("ray.util.scheduling_strategies")
-    fn = _remote_args_fn((2, 1), ("node-a", "node-b"))
+    a, b = "a1" * 28, "b2" * 28  # node ids are 28 hex bytes
+    fn = _remote_args_fn((2, 1), (a, b))
     got = [fn()["scheduling_strategy"].node_id for _ in range(6)]
-    assert got == ["node-a", "node-a", "node-b"] * 2
-    assert _remote_args_fn(None, ("node-a", "node-b"))() == {}
-    assert _remote_args_fn((3,), ("node-a",))() == {}
+    assert got == [a, a, b] * 2
+    assert _remote_args_fn(None, (a, b))() == {}
+    assert _remote_args_fn((3,), (a,))() == {}
