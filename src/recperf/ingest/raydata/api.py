@@ -116,7 +116,11 @@ def final_json(target: RayTarget, m: Measurement, w: RayWindow, default: bool) -
         "samples": m.samples,
         "seconds": m.window_s,
         "logical_cpus": target.cores,
-        "logical_cpus_used": sum(workers),
+        # the CPUs Ray had given to workers (a starting actor holds its CPU before its first
+        # block), which for a fixed allocation is its total
+        "logical_cpus_used": sum(workers)
+        if math.isnan(w.idle_cpus)
+        else target.cores - w.idle_cpus,
         "idle_logical_cpus": None if math.isnan(w.idle_cpus) else w.idle_cpus,
         "ray_overhead_ms_per_task": None if math.isnan(w.gap_ms) else w.gap_ms,
         "time_to_first_block_s": None if math.isnan(w.first_block_s) else w.first_block_s,
