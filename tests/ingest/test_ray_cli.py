@@ -143,6 +143,7 @@ def test_a_spec_run_on_ray(tmp_path: Path) -> None:
                                  "--cpus-per-node", "2", "--alloc", "fused", "--seconds", "3",
                                  "--json", "--out", str(tmp_path / "out"))  # fmt: skip
     assert code == 0, err
+    assert out.startswith("{"), (out[:2000], err[-4000:])
     doc = json.loads(out)
     assert doc == json.loads((tmp_path / "out" / "summary.json").read_text())
     for key in ("allocation", "operators", "throughput_ci_rows_per_s", "idle_logical_cpus",

@@ -297,7 +297,9 @@ def tune_cmd(
     settings: Settings,
     data: Path | None = _DATA,
     tuner: str = typer.Option("intune", help="static, autotune, plumber, intune, oracle, or M:A."),
-    budget_s: float = typer.Option(60.0, help="Seconds of live tuning (> 0, at most a day)."),
+    budget_s: float = typer.Option(
+        60.0, help="Seconds of live tuning (> 0, at most a day; --engine ray: default 120)."
+    ),
     cores: int | None = _CORES,
     warmup_s: float = typer.Option(2.0, help="Seconds of running before tuning starts (>= 0)."),
     final_s: float = typer.Option(4.0, help="Seconds measuring the chosen allocation (> 0)."),
@@ -320,7 +322,8 @@ def tune_cmd(
     flags = ray_cli.RayFlags(engine=engine, address=address, spec=spec, nodes=nodes,
                              cpus_per_node=cpus_per_node, link_gbps=link_gbps)  # fmt: skip
     if flags.check(native_only=("cores", "warmup_s", "rel_tol", "max_extend")):
-        ray_cli.tune(settings, ray_cli.prepare(settings, flags, data), tuner, budget_s, final_s)
+        budget = budget_s if ray_cli.given("budget_s") else ray_cli.TUNE_BUDGET_S
+        ray_cli.tune(settings, ray_cli.prepare(settings, flags, data), tuner, budget, final_s)
         return
     if data is None:
         raise ConfigError(_NO_DATA)

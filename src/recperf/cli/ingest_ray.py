@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 ENGINES = ("native", "ray")
 RAY_ONLY = ("address", "spec", "nodes", "cpus_per_node", "link_gbps")
 """Parameters of ``run`` and ``tune`` that only the Ray engine reads."""
+TUNE_BUDGET_S = 120.0
+"""The tuning budget on the Ray engine unless --budget-s says (each allocation rebuilds the
+dataset and waits for its actors: 60 s, the native default, allows too few windows)."""
 SPEC_KEEPS = frozenset({"seed"})
 """The pipeline settings a ``--spec`` run reads (the spec gives its own shape)."""
 
@@ -225,7 +228,7 @@ def run(settings: Settings, job: Job, alloc: str | Allocation, seconds: float,
     if budget_s is not None and tuner is None:
         raise ConfigError(f"--budget-s: a tuning budget, but --alloc {alloc} names no tuner "
                           "(auto, plumber, autotune, intune, oracle, static)")  # fmt: skip
-    budget = 120.0 if budget_s is None else budget_s
+    budget = TUNE_BUDGET_S if budget_s is None else budget_s
     check_range("--budget-s", budget, 0.0, 86_400.0, lo_open=True)
     check_range("--seconds", seconds, 0.0, 86_400.0, lo_open=True)
     options = settings.resolve(["pipeline", tuner])[tuner] if tuner else None
