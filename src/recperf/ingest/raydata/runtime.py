@@ -34,8 +34,9 @@ NODE_LABEL = "recperf-node"
 """The label each node of a local multi-node cluster carries (``n0``, ``n1``, ...)."""
 ADDRESS_TIMEOUT_S = 15.0
 """How long ``--address`` may take to answer before it is one line, exit 2."""
-START_ATTEMPTS = 2
-"""Ray gives a new node a fixed 30 s to register; on a loaded machine a start is tried twice."""
+START_ATTEMPTS = 3
+"""Ray gives a new node fixed waits (30 s to register, about 15 s for its agent); on a loaded
+machine a start is tried up to this many times."""
 MAX_NODES = 64
 MAX_CPUS_PER_NODE = 256
 
@@ -153,7 +154,10 @@ class RayRuntime:
                         self._init(common)
                         break
                     except Exception as exc:  # Ray raises a bare Exception for this
-                        if "timed out during startup" not in str(exc) or attempt:
+                        if (
+                            "timed out during startup" not in str(exc)
+                            or attempt + 1 == START_ATTEMPTS
+                        ):
                             raise
                         self.__exit__(None, None, None)  # a loaded machine: once more
             _quiet(ray)
