@@ -4,7 +4,9 @@ The work itself is ``recperf.ingest.raydata.api`` (``spec_run``, ``data_run``)."
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -232,8 +234,9 @@ def run(settings: Settings, job: Job, alloc: str | Allocation, seconds: float,
     check_range("--budget-s", budget, 0.0, 86_400.0, lo_open=True)
     check_range("--seconds", seconds, 0.0, 86_400.0, lo_open=True)
     options = settings.resolve(["pipeline", tuner])[tuner] if tuner else None
-    require()
-    doc = job.run(alloc, seconds=seconds, budget_s=budget, options=options)
+    with _ray_prints_on_stderr():
+        require()
+        doc = job.run(alloc, seconds=seconds, budget_s=budget, options=options)
     settings.emit(doc)
     show_document(doc)
 
@@ -252,8 +255,9 @@ def tune(settings: Settings, job: Job, tuner: str, budget_s: float, final_s: flo
     options = settings.resolve(["pipeline", tuner], {"tuner": tuner})[tuner]
     out = settings.out
     assert out is not None
-    require()
-    doc = job.run(tuner, seconds=final_s, budget_s=budget_s, options=options)
+    with _ray_prints_on_stderr():
+        require()
+        doc = job.run(tuner, seconds=final_s, budget_s=budget_s, options=options)
     a = doc["allocation"]
     chosen = Allocation(workers=tuple(a["workers"]), cuts=tuple(a["cuts"]))
     names = doc.get("stages") or job.stage_names
@@ -263,6 +267,13 @@ def tune(settings: Settings, job: Job, tuner: str, budget_s: float, final_s: flo
     settings.emit(doc)
     show_document(doc)
     err_console.print(f"wrote {out / 'allocation.toml'}", highlight=False)
+
+
+def _ray_prints_on_stderr() -> contextlib.AbstractContextManager[object]:
+    """While Ray runs, what it prints goes to stderr: its driver prints the raylet's error
+    messages (a retried task, an actor killed on a rebuild) to ``sys.stdout``, whatever
+    ``log_to_driver`` says, which would break the document ``--json`` prints there."""
+    return contextlib.redirect_stdout(sys.stderr)
 
 
 def show_document(doc: Mapping[str, Any]) -> None:
