@@ -66,7 +66,7 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("reached Ray before the flags were checked")
 
     monkeypatch.setattr(runtime, "require_ray", reached)
-    monkeypatch.setattr(runtime, "_probe", reached)
+    monkeypatch.setattr(runtime, "probe", reached)
 
 
 RUN = ("ingest", "run")

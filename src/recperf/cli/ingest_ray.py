@@ -185,10 +185,10 @@ def prepare(settings: Settings, flags: RayFlags, data: Path | None) -> Job:
 def probe(cluster: ClusterSpec) -> None:
     """An ``--address`` that answers, else one line (exit 2); checked before anything heavy is
     imported (Ray takes 3-10 s on a busy machine, and a dead address is one line in 15 s)."""
-    from recperf.ingest.raydata.runtime import _probe
+    from recperf.ingest.raydata.runtime import probe
 
     if cluster.address is not None:
-        _probe(cluster.address)
+        probe(cluster.address)
 
 
 def require() -> None:

@@ -10,18 +10,20 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, Measurement, even_split, fused
-from recperf.ingest.live.batch import PipelineConfig
 from recperf.ingest.raydata.runtime import ClusterSpec, RayRuntime
 from recperf.ingest.raydata.target import RayTarget, RayWindow
 from recperf.ingest.raydata.work import RayPipeline
 from recperf.ingest.sim.model import PipelineSpec, lp_bound, segments_of
 from recperf.ingest.tuners.base import TUNERS, check_tuner
 from recperf.ingest.tuning import allocation_summary
+
+if TYPE_CHECKING:
+    from recperf.ingest.live.batch import PipelineConfig
 
 RAY_DEFAULT = "ray-default"
 MAX_DATA_ITEMS = 20_000
@@ -74,6 +76,13 @@ def choose(
     if alloc == "even":
         return even_split(target), {"chosen_by": "even"}
     tuner = "plumber" if alloc == "auto" else alloc
+    n = len(target.stage_names)
+    if target.cores < n:
+        raise ConfigError(
+            f"--alloc {alloc}: the tuner's first window gives each of the {n} stages a pool of "
+            f"its own, and a Ray worker holds a logical CPU: the cluster has {target.cores}; "
+            "give more CPUs (--cpus-per-node) or --alloc fused"
+        )
     impl = TUNERS.build(tuner, tuner_options(tuner, options))
     t0 = target.elapsed_s()
     result = check_tuner(impl, target, budget_s, seed)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -102,8 +103,10 @@ def build_dataset(
             if op.workers is None
             else ray.data.ActorPoolStrategy(size=op.workers)
         )
-        ds = ds.map_batches(_OpActor, fn_constructor_args=(op.work, j, meter), compute=pool,
-                            **kw)  # fmt: skip
+        with warnings.catch_warnings():  # deprecated for Ray 2.64; the version is pinned
+            warnings.filterwarnings("ignore", message=".*ray_remote_args_fn.*")
+            ds = ds.map_batches(_OpActor, fn_constructor_args=(op.work, j, meter),
+                                compute=pool, **kw)  # fmt: skip
     return ds
 
 

@@ -93,7 +93,7 @@ class ClusterSpec:
         return (self.cpus_per_node or os.cpu_count() or 1,) * self.nodes
 
 
-def _probe(address: str) -> None:
+def probe(address: str) -> None:
     """One line within ADDRESS_TIMEOUT_S unless ``address`` names a GCS that accepts a
     connection (``auto``: the cluster this machine's Ray last started)."""
     target = address
@@ -170,7 +170,7 @@ class RayRuntime:
     def _init(self, common: dict[str, Any]) -> None:
         ray, spec = self.ray, self.spec
         if spec.address is not None:
-            _probe(spec.address)
+            probe(spec.address)
             ray.init(address=spec.address, **common)
         elif spec.nodes == 1:
             self._started = True
