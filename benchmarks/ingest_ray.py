@@ -147,10 +147,14 @@ def ray_iter(data: str, mode: str, budget_s: float) -> Iterator[Batch]:
                   file=sys.stderr, flush=True)  # fmt: skip
             segs = alloc.segments(n)
         works = pipe.works(segs)
+        # as RayTarget runs them: workers share the cores, each a share of the logical CPUs
+        cpus = min(1.0, rt.cpus / (len(segs) if alloc is None else alloc.total))
+        cap = max(1, int(rt.cpus / cpus))
         plans = [
-            OperatorPlan(work=w, workers=None if alloc is None else alloc.workers[j], cap=rt.cpus)
+            OperatorPlan(work=w, workers=None if alloc is None else alloc.workers[j],
+                         cap=cap, cpus=cpus)
             for j, w in enumerate(works)
-        ]
+        ]  # fmt: skip
         ds = build_dataset(rt.ray, pipe.items(), plans, start_meter(rt.ray), rt.node_ids)
         for block in ds.iter_batches(batch_size=None, batch_format="numpy", prefetch_batches=2):
             for chunk in block[CHUNK]:

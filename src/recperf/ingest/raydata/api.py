@@ -33,9 +33,8 @@ TUNED = ("plumber", "autotune", "intune", "oracle", "static")
 ALLOCS = (RAY_DEFAULT, "auto", *TUNED, *FIXED)
 """What ``--alloc`` takes on the Ray engine (or an allocation TOML file)."""
 RAY_TUNER_OPTIONS: Mapping[str, Mapping[str, Any]] = {
-    # every Ray worker holds a logical CPU: no oversubscription; windows long enough for
-    # blocks of about 0.1-1 s
-    "plumber": {"oversubscribe": 1.0, "window_s": 5.0},
+    # windows long enough for blocks of about 0.1-1 s
+    "plumber": {"window_s": 5.0},
     "oracle": {"window_s": 5.0},
     "autotune": {"window_s": 5.0},
     "intune": {"window_s": 5.0},
@@ -52,9 +51,15 @@ def check_alloc(alloc: str) -> None:
                           "TOML file (--engine ray)")  # fmt: skip
 
 
-def tuner_options(tuner: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The tuner's Ray defaults overridden by the user's ``options``."""
-    return {**RAY_TUNER_OPTIONS.get(tuner, {}), **(options or {})}
+def tuner_options(
+    tuner: str, options: Mapping[str, Any] | None, time_shares: bool = True
+) -> dict[str, Any]:
+    """The tuner's Ray defaults overridden by the user's ``options``; plumber does not
+    oversubscribe where each worker stands for a whole CPU (a spec's)."""
+    base = dict(RAY_TUNER_OPTIONS.get(tuner, {}))
+    if tuner == "plumber" and not time_shares:
+        base["oversubscribe"] = 1.0
+    return {**base, **(options or {})}
 
 
 def choose(
@@ -77,13 +82,13 @@ def choose(
         return even_split(target), {"chosen_by": "even"}
     tuner = "plumber" if alloc == "auto" else alloc
     n = len(target.stage_names)
-    if target.cores < n:
+    if target.cores < n and not target.pipeline.time_shares:
         raise ConfigError(
             f"--alloc {alloc}: the tuner's first window gives each of the {n} stages a pool of "
             f"its own, and a Ray worker holds a logical CPU: the cluster has {target.cores}; "
             "give more CPUs (--cpus-per-node) or --alloc fused"
         )
-    impl = TUNERS.build(tuner, tuner_options(tuner, options))
+    impl = TUNERS.build(tuner, tuner_options(tuner, options, target.pipeline.time_shares))
     t0 = target.elapsed_s()
     result = check_tuner(impl, target, budget_s, seed)
     return result.allocation, {

@@ -191,6 +191,10 @@ class CriteoPipeline:
     def memory_budget_bytes(self) -> float:
         return self.config.memory_budget_gib * 2**30
 
+    @property
+    def time_shares(self) -> bool:
+        return True
+
     def memory_bytes(
         self, workers: tuple[int, ...], segments: tuple[tuple[int, int], ...]
     ) -> float:

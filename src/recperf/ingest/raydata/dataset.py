@@ -82,12 +82,13 @@ def resolve(pipe: CriteoPipeline, allocation: Allocation | str, cpus: int) -> Al
     return alloc
 
 
-def operator_plans(pipe: CriteoPipeline, alloc: Allocation) -> list[OperatorPlan]:
+def operator_plans(pipe: CriteoPipeline, alloc: Allocation, cpus_total: int) -> list[OperatorPlan]:
     """One actor pool of the allocation's workers per segment."""
     segs = alloc.segments(len(pipe.stage_names))
     works = pipe.works(segs)
-    return [OperatorPlan(work=w, workers=n, cap=n) for w, n in zip(works, alloc.workers,
-                                                                    strict=True)]  # fmt: skip
+    cpus = min(1.0, cpus_total / alloc.total)  # more workers than CPUs share them
+    return [OperatorPlan(work=w, workers=n, cap=n, cpus=cpus)
+            for w, n in zip(works, alloc.workers, strict=True)]  # fmt: skip
 
 
 def ray_batches(
@@ -128,7 +129,9 @@ def _stream(
         alloc = resolve(pipe, allocation, rt.cpus)
         meter = start_meter(rt.ray)
         stack.callback(_kill, rt.ray, meter)
-        ds = build_dataset(rt.ray, pipe.items(), operator_plans(pipe, alloc), meter, rt.node_ids)
+        ds = build_dataset(
+            rt.ray, pipe.items(), operator_plans(pipe, alloc, rt.cpus), meter, rt.node_ids
+        )
         it = iter(ds.iter_batches(batch_size=None, batch_format="numpy",
                                   prefetch_batches=PREFETCH_BLOCKS))  # fmt: skip
         stack.callback(_close, it)

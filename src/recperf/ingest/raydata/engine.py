@@ -40,6 +40,8 @@ class OperatorPlan:
     """Workers per node (indices into the runtime's ``node_ids``); None: wherever Ray puts them."""
     memory_bytes: float = 0.0
     """Memory each worker reserves (Ray's logical ``memory`` resource); 0: none."""
+    cpus: float = 1.0
+    """Logical CPUs each worker holds (a fraction where more workers than CPUs time-share)."""
 
     @property
     def name(self) -> str:
@@ -93,7 +95,7 @@ def build_dataset(
             "batch_size": None,
             "batch_format": "numpy",
             "zero_copy_batch": True,
-            "num_cpus": 1,
+            "num_cpus": op.cpus,
             "ray_remote_args_fn": _remote_args_fn(op.nodes, node_ids),
         }
         if op.memory_bytes > 0:

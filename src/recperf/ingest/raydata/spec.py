@@ -136,6 +136,10 @@ class SpecPipeline:
     def memory_budget_bytes(self) -> float:
         return self.spec.memory_budget_gib * 2**30
 
+    @property
+    def time_shares(self) -> bool:
+        return False
+
     def memory_bytes(
         self, workers: tuple[int, ...], segments: tuple[tuple[int, int], ...]
     ) -> float:

@@ -28,6 +28,8 @@ from recperf.ingest.raydata.work import RayPipeline
 
 Placer = Callable[[Allocation], tuple[tuple[int, ...], ...] | None]
 """Workers per segment per node for an allocation (None: let Ray place them)."""
+OVERSUBSCRIBE = 4
+"""On a pipeline whose workers time-share the cores, the most workers per logical CPU."""
 SUBWINDOWS = 4
 """A window's throughput interval is over this many equal sub-windows."""
 
@@ -135,7 +137,8 @@ class RayTarget:
         if any(t != 1 for t in alloc.segment_threads()) or alloc.inflight:
             raise AllocationRefused(f"{alloc.label(self.stage_names)}: the Ray engine runs "
                                     "single-threaded workers only")  # fmt: skip
-        if alloc.total > self.cores:
+        most = self.cores * (OVERSUBSCRIBE if self.pipeline.time_shares else 1)
+        if alloc.total > most:
             raise AllocationRefused(f"{alloc.label(self.stage_names)}: {alloc.total} workers "
                                     f"on {self.cores} logical CPUs")  # fmt: skip
         caps = self._segment_caps(alloc)
@@ -157,9 +160,13 @@ class RayTarget:
         place = None if default or self.placer is None else self.placer(alloc)
         self.placements[alloc] = place
         caps = self._segment_caps(alloc)
+        cpus = 1.0
+        if self.pipeline.time_shares:  # workers share the cores: each a share of the CPUs
+            cpus = min(1.0, self.cores / (len(segs) if default else alloc.total))
+            caps = [max(1, math.floor(c / cpus)) for c in caps] if default else caps
         return [
             OperatorPlan(work=wk, workers=None if default else w, cap=cap,
-                         nodes=None if place is None else place[j])
+                         nodes=None if place is None else place[j], cpus=cpus)
             for j, (wk, w, cap) in enumerate(zip(works, alloc.workers, caps, strict=True))
         ]  # fmt: skip
 

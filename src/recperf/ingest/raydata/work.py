@@ -80,6 +80,13 @@ class RayPipeline(Protocol):
     @property
     def memory_budget_bytes(self) -> float: ...
 
+    @property
+    def time_shares(self) -> bool:
+        """Its workers do real CPU work, so more workers than logical CPUs share the cores
+        (each holds a fraction of a logical CPU, as a native engine's processes time-share);
+        False for a spec's sleeping workers, each of which stands for a whole CPU."""
+        ...
+
     def memory_bytes(
         self, workers: tuple[int, ...], segments: tuple[tuple[int, int], ...]
     ) -> float:
