@@ -18,12 +18,12 @@ from recperf.ingest.sim.model import PipelineSpec, StageSpec
 
 pytest.importorskip("ray.data")
 
-# two stages of 0.1 s and 0.2 s per 1,000-row block: fused x2 reaches the bound, 6,667 rows/s
+# two stages of 0.05 s and 0.1 s per 500-row block: fused x2 reaches the bound, 6,667 rows/s
 SPEC = PipelineSpec(
     name="tiny",
     cores=2,
     memory_budget_gib=4.0,
-    batch_rows=1000,
+    batch_rows=500,
     stages=(
         StageSpec(name="a", cost_us_per_row=100.0, gil_frac=0.0, out_bytes_per_row=64.0),
         StageSpec(name="b", cost_us_per_row=200.0, gil_frac=0.0),
@@ -32,10 +32,10 @@ SPEC = PipelineSpec(
 
 
 def test_blocks_are_long_enough_for_ray() -> None:
-    assert block_rows(SPEC) == 1000  # 0.1 s already
+    assert block_rows(SPEC) == 500  # 0.05 s already
     fast = SPEC.with_(stages=(StageSpec(name="x", cost_us_per_row=0.5),))
     assert block_rows(fast) * 0.5 / 1e6 >= 0.05
-    assert block_rows(fast) % 1000 == 0
+    assert block_rows(fast) % 500 == 0
 
 
 def test_over_the_cpus_is_refused_before_ray_runs(ray_runtime: RayRuntime) -> None:
@@ -48,8 +48,8 @@ def test_over_the_cpus_is_refused_before_ray_runs(ray_runtime: RayRuntime) -> No
 def test_plumber_drives_ray_to_the_bound_and_ray_default_is_measured(
     ray_runtime: RayRuntime,
 ) -> None:
-    tuned = api.spec_run(SPEC, ray_runtime, "plumber", seconds=2.0, budget_s=30.0,
-                         options={"window_s": 2.0})  # fmt: skip
+    tuned = api.spec_run(SPEC, ray_runtime, "plumber", seconds=3.0, budget_s=30.0,
+                         options={"window_s": 3.0})  # fmt: skip
     # plumber's first window, the even split a x1 | b x1, runs at the model's rate (the slower
     # stage alone: 1 / 0.2 ms = 5,000 rows/s) with the costs it measures from the records
     first = tuned["history"][0]
