@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from recperf.cli.main import app
 from recperf.ingest.raydata import runtime
+from recperf.ingest.raydata.runtime import RayRuntime
 
 RECPERF = [sys.executable, str(Path(sys.executable).parent / "recperf")]
 runner = CliRunner()
@@ -137,11 +138,14 @@ def test_an_allocation_file_is_read_against_the_spec_before_ray(
     assert res.exit_code == 2 and "Ray workers are single-threaded" in res.stderr, res.stderr
 
 
-def test_a_spec_run_on_ray(tmp_path: Path) -> None:
-    """Starts a local Ray instance of 2 logical CPUs (about 40 s)."""
+def test_a_spec_run_joins_a_cluster_by_address_and_leaves_it_running(
+    tmp_path: Path, ray_runtime: RayRuntime
+) -> None:
+    """Joins the package's Ray instance (2 logical CPUs) by its address: no Ray start here."""
     code, out, err, _ = _recperf("ingest", "run", "--engine", "ray", "--spec", "live-2",
-                                 "--cpus-per-node", "2", "--alloc", "fused", "--seconds", "3",
-                                 "--json", "--out", str(tmp_path / "out"))  # fmt: skip
+                                 "--address", ray_runtime.address, "--alloc", "fused",
+                                 "--seconds", "3", "--json", "--out",
+                                 str(tmp_path / "out"))  # fmt: skip
     assert code == 0, err
     assert out.startswith("{"), (out[:2000], err[-4000:])
     doc = json.loads(out)
@@ -154,4 +158,6 @@ def test_a_spec_run_on_ray(tmp_path: Path) -> None:
     assert doc["chosen_by"] == "fused" and doc["nodes"] == 1 and doc["cpus_per_node"] == [2]
     assert doc["allocation"]["label"] == "read+dense+sparse+shuffle+collate x2"
     assert [op["workers"] for op in doc["operators"]] == [2]
+    # the cluster given by --address is left running
+    assert [n["Alive"] for n in ray_runtime.ray.nodes() if n["Resources"].get("CPU")] == [True]
     assert "of the LP bound" in err and "Ray overhead" in err and "Traceback" not in err

@@ -137,6 +137,8 @@ class RayRuntime:
         self._started = False
         self.node_ids: tuple[str, ...] = ()
         self.node_cpus: tuple[int, ...] = ()
+        self.address = ""
+        """The GCS address (``host:port``) others may join by (``--address``)."""
 
     def __enter__(self) -> RayRuntime:
         ray = self.ray
@@ -162,6 +164,7 @@ class RayRuntime:
                         self.__exit__(None, None, None)  # a loaded machine: once more
             _quiet(ray)
             self._read_nodes()
+            self.address = str(ray.get_runtime_context().gcs_address)
         except BaseException:
             self.__exit__(None, None, None)
             raise
