@@ -119,7 +119,7 @@ class SpecPipeline:
     """A simulator spec as a RayPipeline on ``cpus`` logical CPUs: the spec's stages, caps,
     memory model and budget; ``items`` sized for ``horizon_s`` seconds at the LP bound."""
 
-    def __init__(self, spec: PipelineSpec, cpus: int, horizon_s: float = 60.0) -> None:
+    def __init__(self, spec: PipelineSpec, cpus: int, horizon_s: float = 600.0) -> None:
         self.spec = spec.with_(cores=cpus, thread_options=(1,))
         self.rows = block_rows(self.spec)
         self.horizon_s = horizon_s
@@ -150,8 +150,12 @@ class SpecPipeline:
         return spec_works(self.spec, segments, self.rows)
 
     def items(self) -> int:
+        """Blocks for ``horizon_s`` at the bound, and at least 8 per logical CPU (a pool is
+        ready once each of its workers has finished a block, and blocks of slow stages are
+        few per second)."""
         bound = lp_bound(self.spec).throughput_rows_per_s
-        return max(64, min(MAX_ITEMS, math.ceil(bound * self.horizon_s / self.rows)))
+        want = max(8 * self.spec.cores, math.ceil(bound * self.horizon_s / self.rows))
+        return min(MAX_ITEMS, want)
 
     def consume(self, block: Block) -> int:
         n = rows_of(block)
