@@ -50,7 +50,10 @@ def test_one_node_or_free_links_is_the_single_pool_bound(
     assert got.cuts == ref.cuts
     want = ref.binding + (f" {ref.binding_stage}" if ref.binding_stage else "")
     assert got.binding == want
-    assert sum(got.link_out_bytes_per_s) == pytest.approx(0.0, abs=1e-6)
+    if len(cpus) == 1 or not any(st.out_bytes_per_row for st in spec.stages):
+        # nothing crosses a link (ray-65540's rows made on other nodes cross into the
+        # consumer's: free links carry them)
+        assert sum(got.link_out_bytes_per_s) == pytest.approx(0.0, abs=1e-6)
     for m, c in enumerate(cpus):
         assert sum(row[m] for row in got.workers) <= c * (1 + 1e-9)
     # the busy cores are what the rows cost, segment by segment
