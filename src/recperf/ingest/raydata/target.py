@@ -31,6 +31,9 @@ Placer = Callable[[Allocation], tuple[tuple[int, ...], ...] | None]
 OVERSUBSCRIBE = 4
 """On a pipeline whose workers time-share the cores, the most workers per logical CPU."""
 SUBWINDOWS = 4
+FILL_S = 30.0
+"""Seconds after a rebuilt dataset's first output block by which its pools are taken as
+running even if not every worker has finished a block yet."""
 """A window's throughput interval is over this many equal sub-windows."""
 
 
@@ -192,6 +195,13 @@ class RayTarget:
             if want is None and self._stream.first_s is not None:
                 break
             if want is not None and all(s >= w for s, w in zip(seen, want, strict=True)):
+                break
+            # Ray Data may keep handing a lightly loaded pool's blocks to the same actors: once
+            # every pool has run a block, FILL_S after the first output is enough for the rest
+            # (a fixed pool starts its actors together)
+            first = self._stream.first_s
+            if (want is not None and min(seen) >= 1 and first is not None
+                    and time.time() - self._stream.started > first + FILL_S):  # fmt: skip
                 break
             if time.time() > deadline:
                 raise RecperfError(f"the Ray pools of {alloc.label(self.stage_names)} were not "
