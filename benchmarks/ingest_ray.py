@@ -73,6 +73,8 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
                                    warmup_s=args.warmup_s, seed=0)  # fmt: skip
                 out["run_wall_s"] = time.monotonic() - t
                 rows.append(out)
+                if args.partial:  # what has run so far survives a run cut short
+                    Path(args.partial).write_text(json.dumps({"runs": rows}, default=str))
                 print(f"{name} {alloc}: {out['throughput_rows_per_s']:,.0f} rows/s = "
                       f"{out['fraction_of_bound']:.2f} of the bound; "
                       f"{[o['workers'] for o in out['operators']]} workers, idle "
@@ -259,6 +261,7 @@ def main() -> None:
     sc.add_argument("--warmup-s", type=float, default=20.0, help="Ray default's autoscaling")
     sc.add_argument("--budget-s", type=float, default=900.0)
     sc.add_argument("--out", default="benchmarks/results/ingest_ray_scale.json")
+    sc.add_argument("--partial", default="", help="write the runs so far here after each")
     re_ = sub.add_parser("real", help="the Criteo data on this machine, interleaved rounds")
     re_.add_argument("--data-root", default="/tmp/recperf-bench-ingest")
     re_.add_argument("--rounds", type=int, default=3)
