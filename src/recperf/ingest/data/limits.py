@@ -9,6 +9,12 @@ FORMATS = ("parquet", "tsv")
 MAX_ROWS = 10**10
 """The most rows ``generate`` writes (about twice Criteo Terabyte's 4.4 billion)."""
 BUNDLED_SPECS = (
-    "criteo-16", "udf-64", "membound-128", "live-2", "udfcut-4", "threads-2", "ray-65540",
+    "criteo-16",
+    "udf-64",
+    "membound-128",
+    "live-2",
+    "udfcut-4",
+    "threads-2",
+    "ray-65540",
 )
 """The simulator specs bundled in ``recperf/data/ingest`` (``sim.model.BUNDLED``)."""

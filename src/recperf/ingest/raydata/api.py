@@ -41,6 +41,8 @@ RAY_TUNER_OPTIONS: Mapping[str, Mapping[str, Any]] = {
     "static": {"window_s": 5.0},
 }
 """Each tuner's options on the Ray engine, under the user's own."""
+BLOCKS_PER_WINDOW = 3
+"""A tuning window holds at least this many of a spec's slowest blocks (udf-64's take 7 s)."""
 Progress = Callable[[str], None]
 
 
@@ -88,7 +90,11 @@ def choose(
             f"its own, and a Ray worker holds a logical CPU: the cluster has {target.cores}; "
             "give more CPUs (--cpus-per-node) or --alloc fused"
         )
-    impl = TUNERS.build(tuner, tuner_options(tuner, options, target.pipeline.time_shares))
+    opts = tuner_options(tuner, options, target.pipeline.time_shares)
+    block_s = float(getattr(target.pipeline, "block_s", 0.0))
+    if "window_s" in opts and not (options or {}).get("window_s"):
+        opts["window_s"] = max(opts["window_s"], BLOCKS_PER_WINDOW * block_s)
+    impl = TUNERS.build(tuner, opts)
     t0 = target.elapsed_s()
     result = check_tuner(impl, target, budget_s, seed)
     return result.allocation, {

@@ -149,6 +149,11 @@ class SpecPipeline:
     def works(self, segments: tuple[tuple[int, int], ...]) -> list[SpecWork]:
         return spec_works(self.spec, segments, self.rows)
 
+    @property
+    def block_s(self) -> float:
+        """Seconds the slowest stage takes over one block (a window should hold several)."""
+        return self.rows * max(s.cost_us_per_row for s in self.spec.stages) / 1e6
+
     def items(self) -> int:
         """Blocks for ``horizon_s`` at the bound, and at least 8 per logical CPU (a pool is
         ready once each of its workers has finished a block, and blocks of slow stages are
