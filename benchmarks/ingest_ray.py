@@ -67,7 +67,7 @@ def scale(args: argparse.Namespace) -> dict[str, Any]:
               file=sys.stderr, flush=True)  # fmt: skip
         for name in specs:
             spec = load_spec(name)
-            for alloc in (api.RAY_DEFAULT, *tuners):
+            for alloc in ((api.RAY_DEFAULT,) if args.default else ()) + tuple(tuners):
                 t = time.monotonic()
                 out = api.spec_run(spec, rt, alloc, seconds=args.seconds, budget_s=args.budget_s,
                                    warmup_s=args.warmup_s, seed=0)  # fmt: skip
@@ -262,6 +262,8 @@ def main() -> None:
     sc.add_argument("--budget-s", type=float, default=900.0)
     sc.add_argument("--out", default="benchmarks/results/ingest_ray_scale.json")
     sc.add_argument("--partial", default="", help="write the runs so far here after each")
+    sc.add_argument("--no-default", dest="default", action="store_false",
+                    help="only the tuners (Ray's default measured in an earlier run)")  # fmt: skip
     re_ = sub.add_parser("real", help="the Criteo data on this machine, interleaved rounds")
     re_.add_argument("--data-root", default="/tmp/recperf-bench-ingest")
     re_.add_argument("--rounds", type=int, default=3)

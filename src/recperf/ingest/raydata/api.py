@@ -53,15 +53,9 @@ def check_alloc(alloc: str) -> None:
                           "TOML file (--engine ray)")  # fmt: skip
 
 
-def tuner_options(
-    tuner: str, options: Mapping[str, Any] | None, time_shares: bool = True
-) -> dict[str, Any]:
-    """The tuner's Ray defaults overridden by the user's ``options``; plumber does not
-    oversubscribe where each worker stands for a whole CPU (a spec's)."""
-    base = dict(RAY_TUNER_OPTIONS.get(tuner, {}))
-    if tuner == "plumber" and not time_shares:
-        base["oversubscribe"] = 1.0
-    return {**base, **(options or {})}
+def tuner_options(tuner: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The tuner's Ray defaults overridden by the user's ``options``."""
+    return {**RAY_TUNER_OPTIONS.get(tuner, {}), **(options or {})}
 
 
 def choose(
@@ -83,14 +77,7 @@ def choose(
     if alloc == "even":
         return even_split(target), {"chosen_by": "even"}
     tuner = "plumber" if alloc == "auto" else alloc
-    n = len(target.stage_names)
-    if target.cores < n and not target.pipeline.time_shares:
-        raise ConfigError(
-            f"--alloc {alloc}: the tuner's first window gives each of the {n} stages a pool of "
-            f"its own, and a Ray worker holds a logical CPU: the cluster has {target.cores}; "
-            "give more CPUs (--cpus-per-node) or --alloc fused"
-        )
-    opts = tuner_options(tuner, options, target.pipeline.time_shares)
+    opts = tuner_options(tuner, options)
     block_s = float(getattr(target.pipeline, "block_s", 0.0))
     if "window_s" in opts and not (options or {}).get("window_s"):
         opts["window_s"] = max(opts["window_s"], BLOCKS_PER_WINDOW * block_s)

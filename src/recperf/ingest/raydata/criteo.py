@@ -191,10 +191,6 @@ class CriteoPipeline:
     def memory_budget_bytes(self) -> float:
         return self.config.memory_budget_gib * 2**30
 
-    @property
-    def time_shares(self) -> bool:
-        return True
-
     def memory_bytes(
         self, workers: tuple[int, ...], segments: tuple[tuple[int, int], ...]
     ) -> float:
@@ -207,7 +203,10 @@ class CriteoPipeline:
         chunks += sum(a + b for a, b in itertools.pairwise(workers))
         return sum(workers) * self.config.worker_memory_mib * MIB + chunks * self.chunk_bytes
 
-    def works(self, segments: tuple[tuple[int, int], ...]) -> list[CriteoWork]:
+    def works(
+        self, segments: tuple[tuple[int, int], ...], slowdown: float = 1.0
+    ) -> list[CriteoWork]:
+        del slowdown  # real work slows by itself when workers share the CPUs
         c = self.config
         return [
             CriteoWork(

@@ -94,17 +94,18 @@ def _sleep(seconds: float) -> float:
 
 
 def spec_works(
-    spec: PipelineSpec, segments: tuple[tuple[int, int], ...], rows: int
+    spec: PipelineSpec, segments: tuple[tuple[int, int], ...], rows: int, slowdown: float = 1.0
 ) -> list[SpecWork]:
-    """The SpecWork of each segment ``(first, stop)`` of ``spec``'s chain."""
+    """The SpecWork of each segment ``(first, stop)`` of ``spec``'s chain, its costs stretched
+    by ``slowdown`` (more workers than logical CPUs time-share them, as the model says)."""
     out = []
     for j, (a, b) in enumerate(segments):
         st = spec.stages[a:b]
         out.append(
             SpecWork(
                 stages=tuple(s.name for s in st),
-                costs_us=tuple(s.cost_us_per_row for s in st),
-                handoff_us=spec.transfer_us_per_row,
+                costs_us=tuple(s.cost_us_per_row * slowdown for s in st),
+                handoff_us=spec.transfer_us_per_row * slowdown,
                 start_s=max(s.start_s for s in st),
                 memory_mib=sum(s.memory_mib_per_worker for s in st),
                 rows=rows,
@@ -136,18 +137,14 @@ class SpecPipeline:
     def memory_budget_bytes(self) -> float:
         return self.spec.memory_budget_gib * 2**30
 
-    @property
-    def time_shares(self) -> bool:
-        return False
-
     def memory_bytes(
         self, workers: tuple[int, ...], segments: tuple[tuple[int, int], ...]
     ) -> float:
         cuts = tuple(a for a, _ in segments[1:])
         return self.spec.memory_bytes(Allocation(workers=workers, cuts=cuts))
 
-    def works(self, segments: tuple[tuple[int, int], ...]) -> list[SpecWork]:
-        return spec_works(self.spec, segments, self.rows)
+    def works(self, segments: tuple[tuple[int, int], ...], slowdown: float = 1.0) -> list[SpecWork]:
+        return spec_works(self.spec, segments, self.rows, slowdown)
 
     @property
     def block_s(self) -> float:

@@ -29,7 +29,7 @@ from recperf.ingest.raydata.work import RayPipeline
 Placer = Callable[[Allocation], tuple[tuple[int, ...], ...] | None]
 """Workers per segment per node for an allocation (None: let Ray place them)."""
 OVERSUBSCRIBE = 4
-"""On a pipeline whose workers time-share the cores, the most workers per logical CPU."""
+"""The most workers per logical CPU (more share the CPUs, each a fraction of one)."""
 SUBWINDOWS = 4
 FILL_S = 30.0
 """Seconds after a rebuilt dataset's first output block by which its pools are taken as
@@ -140,8 +140,7 @@ class RayTarget:
         if any(t != 1 for t in alloc.segment_threads()) or alloc.inflight:
             raise AllocationRefused(f"{alloc.label(self.stage_names)}: the Ray engine runs "
                                     "single-threaded workers only")  # fmt: skip
-        most = self.cores * (OVERSUBSCRIBE if self.pipeline.time_shares else 1)
-        if alloc.total > most:
+        if alloc.total > self.cores * OVERSUBSCRIBE:
             raise AllocationRefused(f"{alloc.label(self.stage_names)}: {alloc.total} workers "
                                     f"on {self.cores} logical CPUs")  # fmt: skip
         caps = self._segment_caps(alloc)
@@ -159,14 +158,16 @@ class RayTarget:
 
     def _plans(self, alloc: Allocation, default: bool) -> list[OperatorPlan]:
         segs = alloc.segments(len(self.stage_names))
-        works = self.pipeline.works(segs)
+        # more workers than logical CPUs share them: each holds a share of a CPU and runs that
+        # much slower (a spec's sleeps are stretched to match, as the model assumes)
+        share = min(1.0, self.cores / (len(segs) if default else alloc.total))
+        works = self.pipeline.works(segs, 1.0 if default else 1.0 / share)
         place = None if default or self.placer is None else self.placer(alloc)
         self.placements[alloc] = place
         caps = self._segment_caps(alloc)
-        cpus = 1.0
-        if self.pipeline.time_shares:  # workers share the cores: each a share of the CPUs
-            cpus = min(1.0, self.cores / (len(segs) if default else alloc.total))
-            caps = [max(1, math.floor(c / cpus)) for c in caps] if default else caps
+        cpus = share
+        if default:
+            caps = [max(1, math.floor(c / cpus)) for c in caps]
         return [
             OperatorPlan(work=wk, workers=None if default else w, cap=cap,
                          nodes=None if place is None else place[j], cpus=cpus)

@@ -80,21 +80,18 @@ class RayPipeline(Protocol):
     @property
     def memory_budget_bytes(self) -> float: ...
 
-    @property
-    def time_shares(self) -> bool:
-        """Its workers do real CPU work, so more workers than logical CPUs share the cores
-        (each holds a fraction of a logical CPU, as a native engine's processes time-share);
-        False for a spec's sleeping workers, each of which stands for a whole CPU."""
-        ...
-
     def memory_bytes(
         self, workers: tuple[int, ...], segments: tuple[tuple[int, int], ...]
     ) -> float:
         """Predicted memory of ``workers`` per segment of ``segments``, bytes."""
         ...
 
-    def works(self, segments: tuple[tuple[int, int], ...]) -> Sequence[SegmentWork]:
-        """The work of each segment ``(first, stop)`` of the chain."""
+    def works(
+        self, segments: tuple[tuple[int, int], ...], slowdown: float = 1.0
+    ) -> Sequence[SegmentWork]:
+        """The work of each segment ``(first, stop)`` of the chain; ``slowdown`` (>= 1) is how
+        much slower each worker runs when more workers than logical CPUs share them (real work
+        slows by itself and ignores it; a spec's sleeps are stretched by it)."""
         ...
 
     def items(self) -> int:
