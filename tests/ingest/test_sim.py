@@ -477,6 +477,7 @@ def test_bundled_specs(name: str) -> None:
         "live-2": "cores",
         "udfcut-4": "max_workers",
         "threads-2": "cores",
+        "ray-65540": "cores",
     }[name]
     assert bound.binding == expect
 
