@@ -9,9 +9,10 @@ import json
 import math
 import multiprocessing as mp
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 from recperf.cluster.api import RunSpec, run_summary, simulate
 from recperf.cluster.metrics import job_columns
 from recperf.core.errors import ConfigError
-from recperf.core.pools import start_pool_helpers
+from recperf.core.pools import off_main_thread, start_pool_helpers
 
 RUN_KEYS = ("trace", "cluster", "scheduler", "congestion", "seed")
 MAX_ERROR_CHARS = 300
@@ -136,9 +137,17 @@ def _pool_pass(
         max_workers=workers, mp_context=mp.get_context(method), initializer=_worker_init
     )
     broken: list[tuple[int, BaseException]] = []
-    try:
-        futures = {pool.submit(task, runs[i], keep_jobs): i for i in todo}
+    stopping = threading.Event()
+
+    def drive() -> None:  # off the main thread, where an interrupt cannot leave a lock held
+        futures: dict[Future[RunOutcome], int] = {}
+        for i in todo:
+            if stopping.is_set():
+                return
+            futures[pool.submit(task, runs[i], keep_jobs)] = i
         for fut in as_completed(futures):
+            if stopping.is_set():
+                return
             i = futures[fut]
             try:
                 outcome = fut.result()
@@ -148,9 +157,13 @@ def _pool_pass(
             except Exception as exc:  # e.g. a result that cannot be pickled back
                 outcome = failed_outcome(runs[i], exc)
             on_done(i, outcome)
-    except BaseException:  # interrupted (SIGINT, SIGTERM): stop the runs, do not wait for them
+
+    def stop() -> None:  # interrupted (SIGINT, SIGTERM): stop the runs, do not wait for them
+        stopping.set()
         _terminate_workers(pool)
-        raise
+
+    try:
+        off_main_thread(drive, stop)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
     return sorted(broken, key=lambda b: b[0])  # todo is ascending: submission order

@@ -3,8 +3,15 @@ processes started so that a closed terminal's hang-up does not kill them under a
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
+from collections.abc import Callable, Iterator
 from multiprocessing import forkserver, resource_tracker
+from types import FrameType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def start_pool_helpers(method: str) -> None:
@@ -21,3 +28,67 @@ def start_pool_helpers(method: str) -> None:
             forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def off_main_thread(work: Callable[[], T], stop: Callable[[], None]) -> T:
+    """``work()``, run on a helper thread while the main thread only waits for it to end.
+
+    The CLI turns SIGINT, SIGTERM and SIGHUP into a KeyboardInterrupt raised in the main thread
+    at any bytecode, also between a lock's ``__enter__`` and the ``with`` block that would
+    release it (CPython bpo-29988): ``concurrent.futures.as_completed`` takes every future's lock
+    in a loop, and an interrupt there leaves some held, so the pool's manager thread blocks on
+    them for good and ``shutdown`` never returns. A thread's ``join`` is safe to interrupt, so
+    the locks are taken off the main thread. On an interrupt the main thread calls ``stop``
+    (which must make ``work`` end soon, e.g. by terminating the pool's workers), waits for
+    ``work`` to end, calls ``stop`` again (for what ``work`` started meanwhile) and re-raises;
+    an exception of ``work`` is raised in the main thread."""
+    out: list[T] = []
+    err: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(work())
+        except BaseException as exc:  # handed to the main thread
+            err.append(exc)
+
+    thread = threading.Thread(target=run, name="recperf-pool-driver", daemon=True)
+    try:
+        with _signals_deferred():  # ``start`` waits on a lock of its own
+            thread.start()
+        thread.join()
+    except BaseException:
+        stop()
+        if thread.ident is not None:
+            thread.join()
+            stop()
+        raise
+    if err:
+        raise err[0]
+    return out[0]
+
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Inside: a signal whose handler is Python code is recorded, not handled; on the way out
+    the first one recorded is handed to its handler (which may raise). Only the main thread
+    handles signals, so elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    old: dict[int, Callable[[int, FrameType | None], Any]] = {}
+    try:
+        for sig in INTERRUPTS:
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                old[int(sig)] = handler
+                signal.signal(sig, lambda signum, frame: got.append(signum))
+        yield
+    finally:
+        for num, handler in old.items():
+            signal.signal(num, handler)
+        if got:
+            old[got[0]](got[0], None)
