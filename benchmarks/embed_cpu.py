@@ -328,7 +328,7 @@ def check_peers(peers: Sequence[Peer], tables: Tables, lookup: Lookup) -> dict[s
     errors = {}
     for p in peers:
         got = p.as_btd(p.fn(p.inputs[0]))
-        why = mismatch(got.contiguous(), want, bound, tables.dtype)
+        why = mismatch(got.contiguous(), want, bound, tables.row_format)
         if why:  # not an assert: the check must hold under python -O too
             raise AssertionError(f"{p.name} differs from the reference: {why}")
         errors[p.name] = float((got - want).abs().max())

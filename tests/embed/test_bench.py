@@ -133,7 +133,7 @@ def test_autotune_picks_the_fastest_correct_candidate_and_caches_it(tmp_path: Pa
     again = tune()
     assert again.cached and again.params == first.params
     key = at.cache_key(tables, lookups, "u", ["triton"], spaces=spaces)
-    assert key.startswith("cpu|float32|sum|T3|D5") and key in json.loads(cache.read_text())
+    assert key.startswith("cpu|fp32|sum|T3|D5") and key in json.loads(cache.read_text())
     assert key != at.cache_key(tables, lookups, "u", ["triton"])  # another grid, another entry
 
 

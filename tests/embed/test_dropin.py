@@ -19,6 +19,7 @@ from recperf.core.errors import ConfigError
 from recperf.embed import DropInConfig, EmbeddingBags
 from recperf.embed.autotune import cache_key
 from recperf.embed.kernels.base import RTOL, Lookup
+from recperf.embed.kernels.formats import format_of
 from recperf.embed.traces import Trace
 
 torchrec = pytest.importorskip("torchrec")
@@ -81,7 +82,7 @@ def _assert_pools_as(got: torch.Tensor, want: torch.Tensor, bound: torch.Tensor)
     """Equal up to the summation order: RTOL of the weight dtype times the pooled magnitude."""
     assert got.shape == want.shape and got.dtype == want.dtype and got.device == want.device
     err = (got.double() - want.double()).abs()
-    tol = RTOL[want.dtype if want.dtype in RTOL else torch.float32] * bound.double() + 1e-12
+    tol = RTOL[format_of(want.dtype) or "fp32"] * bound.double() + 1e-12
     assert bool((err <= tol).all()), f"max error {float(err.max())}"
 
 
@@ -233,9 +234,9 @@ def test_from_torchrec_pools_as_the_collection(kernel: str, fp16: bool, weighted
             for f in cfg.feature_names:
                 w = feats[f].weights() if weighted else None
                 bound.append(_magnitude(bag, feats[f].values(), feats[f].offsets(), w))
-        tol_dtype = torch.float16 if fp16 else torch.float32
+        fmt = "fp16" if fp16 else "fp32"
         err = (got.values().double() - want.values().double()).abs()
-        assert bool((err <= RTOL[tol_dtype] * torch.cat(bound, 1).double() + 1e-12).all())
+        assert bool((err <= RTOL[fmt] * torch.cat(bound, 1).double() + 1e-12).all())
 
 
 def test_a_collection_of_one_group_pools_in_key_order() -> None:
@@ -341,8 +342,8 @@ def _bad_bags(case: str) -> Any:
         return [nn.EmbeddingBag(4, 2, padding_idx=0)]
     if case == "sequence":
         return [nn.Embedding(4, 2)]
-    if case == "bfloat16":
-        return [nn.EmbeddingBag(4, 2, dtype=torch.bfloat16)]
+    if case == "float64":
+        return [nn.EmbeddingBag(4, 2, dtype=torch.float64)]
     return nn.EmbeddingBag(4, 2)  # one bag, not a list
 
 
@@ -352,7 +353,7 @@ def _bad_bags(case: str) -> Any:
         ("max", "mode 'max' is not supported"),
         ("padding_idx", "padding_idx = 0 is not supported"),
         ("sequence", "sequence embedding"),
-        ("bfloat16", "is not float32 or float16"),
+        ("float64", "is not float32, float16 or bfloat16"),
         ("single", "expected a list of torch.nn.EmbeddingBag"),
     ],
 )

@@ -69,7 +69,7 @@ def _compare(name: str, case: KernelCase, options: dict[str, Any] | None = None)
     tables, lookup = case_inputs(case)
     out = KERNELS.build(name, options, tables)(lookup)
     ref = KERNELS.build("torch", None, tables)(lookup)
-    assert mismatch(out, ref, magnitude(tables, lookup), tables.dtype) == ""
+    assert mismatch(out, ref, magnitude(tables, lookup), tables.row_format) == ""
 
 
 @settings(max_examples=15, deadline=None)
@@ -98,7 +98,7 @@ def test_kernel_equals_reference_on_random_shapes(
     case = KernelCase(
         rows=tuple(rows),
         dim=dim,
-        dtype=torch.float16 if half else torch.float32,
+        fmt="fp16" if half else "fp32",
         pooling="mean" if mean else "sum",
         batch_size=batch,
         max_len=max_len,
@@ -129,7 +129,7 @@ def test_empty_bags_one_row_tables_and_ragged_dim(name: str, pooling: str, weigh
     rows0 = tables.weights[0][[4, 0, 4]] * w[:3, None]
     expected = rows0.sum(0) / (3 if pooling == "mean" else 1)
     torch.testing.assert_close(ref[1, 0], expected, rtol=1e-6, atol=1e-6)
-    assert mismatch(out, ref, magnitude(tables, lookup), torch.float32) == ""
+    assert mismatch(out, ref, magnitude(tables, lookup), "fp32") == ""
 
 
 PARAMS = [(n, p, v) for n in NAMES for p, vs in KERNELS.entry(n).space.items() for v in vs]
@@ -140,7 +140,7 @@ def test_every_tunable_value_is_accepted_and_correct(name: str, param: str, valu
     case = KernelCase(
         rows=(7, 3),
         dim=33,
-        dtype=torch.float32,
+        fmt="fp32",
         pooling="mean",
         batch_size=3,
         max_len=5,
@@ -231,14 +231,14 @@ def test_check_kernel_catches_a_wrong_kernel(monkeypatch: pytest.MonkeyPatch) ->
 def test_mismatch_reports_shape_dtype_and_nan() -> None:
     ref = torch.ones(2, 1, 3)
     bound = torch.ones(2, 1, 3)
-    assert "shape" in mismatch(torch.ones(2, 3), ref, bound, torch.float32)
-    assert "dtype" in mismatch(ref.double(), ref, bound, torch.float32)
+    assert "shape" in mismatch(torch.ones(2, 3), ref, bound, "fp32")
+    assert "dtype" in mismatch(ref.double(), ref, bound, "fp32")
     assert "[1, 0, 2]" in mismatch(
-        torch.tensor([1.0, 1, 1, 1, 1, float("nan")]).view(2, 1, 3), ref, bound, torch.float32
+        torch.tensor([1.0, 1, 1, 1, 1, float("nan")]).view(2, 1, 3), ref, bound, "fp32"
     )
-    assert mismatch(ref + 5e-7, ref, bound, torch.float32) == ""
-    assert mismatch(ref + 5e-4, ref, bound, torch.float16) == ""
-    assert mismatch(ref + 5e-6, ref, bound, torch.float32) != ""
+    assert mismatch(ref + 5e-7, ref, bound, "fp32") == ""
+    assert mismatch(ref + 5e-4, ref, bound, "fp16") == ""
+    assert mismatch(ref + 5e-6, ref, bound, "fp32") != ""
 
 
 def test_make_lookup_shapes_lengths_and_ranges() -> None:
@@ -264,7 +264,7 @@ def test_make_lookup_skew_concentrates_on_few_rows() -> None:
     [
         ({"weights": ()}, "weights"),
         ({"weights": (torch.randn(0, 4),)}, "weights"),
-        ({"weights": (torch.randn(3, 4).double(),)}, "dtype"),
+        ({"weights": (torch.randn(3, 4).double(),)}, "row format"),
         ({"weights": (torch.randn(3, 4), torch.randn(3, 5))}, "weights\\[1\\]"),
         ({"weights": (torch.randn(3, 4),), "pooling": "max"}, "pooling"),
     ],
@@ -322,7 +322,7 @@ def test_torch_hot_puts_the_given_hot_rows_first_and_stays_exact() -> None:
             kernel(lookup),
             KERNELS.build("torch", None, tables)(lookup),
             magnitude(tables, lookup),
-            torch.float32,
+            "fp32",
         )
         == ""
     )

@@ -72,6 +72,7 @@ def check_cmd(
 
     from recperf.core.errors import RecperfError
     from recperf.embed.kernels import KERNELS, check_kernel
+    from recperf.embed.kernels.base import kernel_traits
 
     dev = _device(device)
     names = parse_names(variants, "--variants") if variants else tuple(KERNELS.names())
@@ -80,7 +81,8 @@ def check_cmd(
         KERNELS.config(name, options[name])  # an unknown name or a bad option: one line
     rows = []
     for name in names:
-        if dev == "cpu" and name not in CPU_KERNELS and os.environ.get("TRITON_INTERPRET") != "1":
+        native = kernel_traits(name).cpu
+        if dev == "cpu" and not native and os.environ.get("TRITON_INTERPRET") != "1":
             rows.append({"name": name, "result": "skipped: set TRITON_INTERPRET=1 on the CPU"})
             continue
         try:
@@ -92,10 +94,6 @@ def check_cmd(
     print_table(f"embedding kernels vs the reference on {dev}", rows, ["name", "result"])
     if any(r["result"].startswith("FAILED") for r in rows):
         raise typer.Exit(1)
-
-
-CPU_KERNELS = ("torch", "torch-hot")
-"""Kernels that run on the CPU without the Triton interpreter."""
 
 
 @command(

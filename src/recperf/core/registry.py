@@ -35,6 +35,9 @@ class Entry(Generic[T]):
     """The frozen Config dataclass its options build, or None when it takes none."""
     space: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     """Tunable Config fields and their candidate values, for autotuners."""
+    traits: Any = None
+    """What the kind's callers need to know of this plug-in beyond its Config (a frozen
+    dataclass the kind defines, e.g. the row formats an embedding kernel reads), or None."""
 
     @property
     def self_configured(self) -> bool:
@@ -77,9 +80,12 @@ class Registry(Generic[T]):
         *,
         config: type[Any] | None = None,
         space: Mapping[str, tuple[Any, ...]] | None = None,
+        traits: Any = None,
     ) -> Callable[[Callable[..., T]], Callable[..., T]]:
         """Decorator registering a factory (usually a class) under ``name``; its Config defaults
-        to the one found on it (``config_of``), and ``space`` lists its tunable fields."""
+        to the one found on it (``config_of``), ``space`` lists its tunable fields and
+        ``traits`` is what the kind records of it (None: read off the factory's ``traits``
+        attribute, which a ``package.module:attr`` plug-in also uses)."""
 
         def deco(factory: Callable[..., T]) -> Callable[..., T]:
             if name in self._entries:
@@ -88,7 +94,8 @@ class Registry(Generic[T]):
             bad = sorted(set(space or {}) - _field_names(cfg))
             if bad:
                 raise RegistryError(f"{self.kind} {name!r}: tunable {bad[0]!r} is no Config field")
-            self._entries[name] = Entry(name, factory, cfg, dict(space or {}))
+            found = traits if traits is not None else getattr(factory, "traits", None)
+            self._entries[name] = Entry(name, factory, cfg, dict(space or {}), found)
             return factory
 
         return deco
@@ -123,7 +130,8 @@ class Registry(Generic[T]):
             return self._entries[name]
         if ":" in name:
             obj = self._import(name)
-            return Entry(name, obj, config_of(obj), dict(getattr(obj, "SPACE", {}) or {}))
+            space = dict(getattr(obj, "SPACE", {}) or {})
+            return Entry(name, obj, config_of(obj), space, getattr(obj, "traits", None))
         allowed = ", ".join(self.names())
         raise RegistryError(f"unknown {self.kind} {name!r}; allowed: {allowed} or 'module:attr'")
 

@@ -16,7 +16,7 @@ import torch
 
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.results import atomic_path
-from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables
+from recperf.embed.kernels.base import KERNELS, RTOL, EmbeddingKernel, Lookup, Tables
 from recperf.embed.timing import median_s
 
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))) / "recperf"
@@ -53,8 +53,8 @@ def cache_key(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     spaces: Mapping[str, Space] | None = None,
 ) -> str:
-    """Device, dtype, pooling, tables' shapes, batch, ids per batch, trace and variants, and the
-    variants' fixed options and swept spaces where given."""
+    """Device, row format, pooling, tables' shapes, batch, ids per batch, trace and variants, and
+    the variants' fixed options and swept spaces where given."""
     lk = lookups[0]
     given = {
         what: {v: dict(per[v]) for v in sorted(variants) if per.get(v)}
@@ -63,7 +63,7 @@ def cache_key(
     return "|".join(
         [
             device_name(tables.device),
-            str(tables.dtype).removeprefix("torch."),
+            tables.row_format,
             tables.pooling,
             f"T{tables.num_tables}",
             f"D{tables.dim}",
@@ -104,7 +104,7 @@ def _time_one(
         got = kernel(lookups[0])
     except (RecperfError, RuntimeError, ValueError) as exc:  # e.g. a block too big for the GPU
         return f"failed: {exc}".splitlines()[0]
-    tol = 1e-3 if tables.dtype == torch.float16 else 1e-5
+    tol = max(RTOL[tables.row_format], 1e-5)
     if not torch.allclose(
         got.float(), want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)
     ):

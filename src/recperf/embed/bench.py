@@ -13,13 +13,11 @@ import torch
 from recperf.core.errors import ConfigError
 from recperf.embed import locality, traces
 from recperf.embed.autotune import Space, autotune, device_name
-from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables
+from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables, kernel_traits
 from recperf.embed.kernels.torch_hot import hot_first_order
 from recperf.embed.model import EmbedConfig, inference_model, lengths_for, random_tables
 from recperf.embed.timing import copy_bandwidth, lookup_bytes, median_s, resolve_device
 
-HOT_VARIANTS = ("hot-l2", "combined", "torch-hot")
-"""Variants that take the trace's hottest rows."""
 CPU_HOT_FRACTION = 0.1
 """Share of each table's rows treated as hot where no L2 limit applies (the CPU)."""
 Progress = Callable[[float], None]
@@ -98,7 +96,7 @@ def hot_rows_for(cfg: EmbedConfig, trace: traces.Trace, tables: Tables) -> tuple
 def _kernel(
     name: str, tables: Tables, params: Mapping[str, Any], hot: tuple[torch.Tensor, ...]
 ) -> EmbeddingKernel:
-    extra: dict[str, Any] = {"hot_rows": hot} if name in HOT_VARIANTS else {}
+    extra: dict[str, Any] = {"hot_rows": hot} if kernel_traits(name).hot_rows else {}
     return KERNELS.build(name, params, tables, **extra)
 
 
@@ -186,7 +184,7 @@ def bench(
                 variants=[name],
                 trace=trace.name,
                 reps=reps,
-                extra={name: {"hot_rows": hot}} if name in HOT_VARIANTS else None,
+                extra={name: {"hot_rows": hot}} if kernel_traits(name).hot_rows else None,
                 options=fixed,
                 spaces=spaces,
             ).params

@@ -40,11 +40,8 @@ from recperf.embed.kernel_choice import (
     hot_rows_from_trace,
     takes_hot_rows,
 )
-from recperf.embed.kernels.base import EmbeddingKernel, Lookup, Pooling, Tables
+from recperf.embed.kernels.base import EmbeddingKernel, Lookup, Pooling, Tables, kernels_for
 from recperf.embed.traces import Trace
-
-CPU_VARIANTS = ("torch", "torch-hot")
-"""What ``tune`` times by default off a GPU (the Triton kernels only run interpreted there)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -384,7 +381,8 @@ class EmbeddingBags(nn.Module):
         reps: int = 5,
         trace: str = "dropin",
     ) -> tuple[KernelChoice, ...]:
-        """Time ``variants`` (default: every kernel on a GPU, ``CPU_VARIANTS`` elsewhere) on this
+        """Time ``variants`` (default: every kernel that reads the rows and runs natively on the
+        device, ``kernels_for``) on this
         example input (what ``forward`` takes), cache the winners (``config.cache``, under
         ``trace``) and run them from now on; ``kernel="auto"`` finds them later."""
         from recperf.embed.autotune import autotune
@@ -423,11 +421,7 @@ class EmbeddingBags(nn.Module):
 
     @staticmethod
     def _default_variants(tables: Tables) -> list[str]:
-        from recperf.embed.kernels import KERNELS
-
-        if tables.device.type == "cuda":
-            return KERNELS.names()
-        return list(CPU_VARIANTS)
+        return kernels_for(tables.row_format, tables.device.type)
 
 
 def _where(tables: Tables) -> str:

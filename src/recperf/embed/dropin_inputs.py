@@ -62,7 +62,9 @@ def check_bag(bag: object, label: str) -> TableSpec:
     if bag.max_norm is not None:
         raise ConfigError(f"{label}: max_norm (re-normalising rows on lookup) is not supported")
     if bag.weight.dtype not in DTYPES:
-        raise ConfigError(f"{label}: weight dtype {bag.weight.dtype} is not float32 or float16")
+        raise ConfigError(
+            f"{label}: weight dtype {bag.weight.dtype} is not float32, float16 or bfloat16"
+        )
     pooling: Pooling = "sum" if bag.mode == "sum" else "mean"
     return TableSpec(label, pooling, bool(bag.include_last_offset))
 

@@ -5,7 +5,6 @@ the kernels that remap ids, given or counted in a sample trace."""
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +16,7 @@ import torch
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.embed.autotune import DEFAULT_CACHE, device_name
-from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Tables
+from recperf.embed.kernels.base import EmbeddingKernel, Tables, build_kernel, kernel_traits
 from recperf.embed.traces import Trace
 
 AUTO = "auto"
@@ -43,22 +42,15 @@ class KernelChoice:
 
 
 def takes_hot_rows(name: str) -> bool:
-    """Whether kernel ``name``'s factory takes ``hot_rows`` (the kernels that remap ids)."""
-    try:
-        params = inspect.signature(KERNELS.factory(name)).parameters
-    except (TypeError, ValueError):  # a factory whose signature Python cannot read
-        return False
-    return "hot_rows" in params
+    """Whether kernel ``name`` takes ``hot_rows`` (the kernels that remap ids)."""
+    return kernel_traits(name).hot_rows
 
 
 def build(
     choice: KernelChoice, tables: Tables, hot_rows: Sequence[torch.Tensor] | None
 ) -> EmbeddingKernel:
     """The kernel ``choice`` names over ``tables``, given ``hot_rows`` when it takes them."""
-    extra: dict[str, Any] = {}
-    if hot_rows is not None and takes_hot_rows(choice.kernel):
-        extra["hot_rows"] = tuple(hot_rows)
-    return KERNELS.build(choice.kernel, dict(choice.params), tables, **extra)
+    return build_kernel(choice.kernel, dict(choice.params), tables, hot_rows)
 
 
 def _parse_key(key: str) -> dict[str, str] | None:
@@ -66,7 +58,9 @@ def _parse_key(key: str) -> dict[str, str] | None:
     parts = key.split("|")
     if len(parts) < 10:
         return None
-    fields = {"device": parts[0], "dtype": parts[1], "pooling": parts[2]}
+    # caches written before the row formats named float32/float16 by their dtype
+    fmt = {"float32": "fp32", "float16": "fp16"}.get(parts[1], parts[1])
+    fields = {"device": parts[0], "dtype": fmt, "pooling": parts[2]}
     for part, tag in zip(parts[3:9], "TDRBNW", strict=True):
         if not part.startswith(tag) or not part[1:].isdigit():
             return None
@@ -110,7 +104,7 @@ def cached_winner(
         return KernelChoice(kernel=REFERENCE, source="fallback", note=store)
     want = {
         "device": device_name(tables.device),
-        "dtype": str(tables.dtype).removeprefix("torch."),
+        "dtype": tables.row_format,
         "pooling": tables.pooling,
         "T": str(tables.num_tables),
         "D": str(tables.dim),

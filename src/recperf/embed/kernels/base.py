@@ -5,8 +5,9 @@ reference on random shapes."""
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
@@ -15,51 +16,135 @@ import torch
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, ContractError
 from recperf.core.registry import Registry
+from recperf.embed.kernels.formats import (
+    FLOAT_DTYPES,
+    INTEGER_FORMATS,
+    ROW_FORMATS,
+    SCALE_BIAS_BYTES,
+    check_format,
+    dequantize,
+    dim_of,
+    format_of,
+    quantize,
+    scales,
+)
+from recperf.embed.kernels.formats import row_bytes as format_row_bytes
 
 Pooling = Literal["sum", "mean"]
 POOLINGS: tuple[str, ...] = get_args(Pooling)
-DTYPES = (torch.float32, torch.float16)
-# Relative tolerance of a kernel against the reference, by weight dtype; both accumulate in
-# float32, so the only difference allowed is the order of the summation.
-RTOL = {torch.float32: 1e-6, torch.float16: 1e-3}
+DTYPES = tuple(FLOAT_DTYPES.values())
+"""The float dtypes a table's weights may have (other formats are ``uint8`` with a ``fmt``)."""
+RTOL = {"fp32": 1e-6, "fp16": 1e-3, "bf16": 8e-3, "fp8": 1e-5, "int8": 1e-5, "int4": 1e-5}
+"""Relative tolerance of a kernel against the reference, by row format: both accumulate in
+float32 from the same dequantized values, so the order of the summation is all that differs
+(and for fp16/bf16 the precision a kernel may multiply in)."""
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Tables:
-    """The embedding tables of one model: same width, dtype and device."""
+    """The embedding tables of one model: same width, row format and device."""
 
     weights: tuple[torch.Tensor, ...]
-    """Per table a ``[rows_t, D]`` tensor (rows_t >= 1), float32 or float16."""
+    """Per table a ``[rows_t, columns]`` tensor (rows_t >= 1): float32, float16 or bfloat16
+    rows, or the codes of fp8/int8/int4 ones (``uint8``; int4 two per byte, ``formats``)."""
     pooling: Pooling = "sum"
     """How a bag's rows are pooled: ``sum`` or ``mean`` (of the per-sample-weighted rows)."""
+    fmt: str | None = None
+    """The row format (``formats.ROW_FORMATS``); None: the float weights' own dtype."""
+    scale_bias: tuple[torch.Tensor, ...] | None = None
+    """int8/int4 only: per table its ``uint8 [rows_t, 4]`` float16 scale and bias per row."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.weights, tuple) or not self.weights:
             raise ConfigError("weights: expected a non-empty tuple of 2-D tensors")
         first = self.weights[0]
+        if not isinstance(first, torch.Tensor):
+            raise ConfigError("weights[0]: expected a [rows >= 1, D] tensor")
+        fmt = self.fmt if self.fmt is not None else format_of(first.dtype)
+        if fmt is None:
+            raise ConfigError(
+                f"fmt: {first.dtype} weights need a row format (fp8, int8 or int4); "
+                f"allowed: {', '.join(ROW_FORMATS)}"
+            )
+        check_format(fmt, "fmt")
+        object.__setattr__(self, "fmt", fmt)
+        want = FLOAT_DTYPES.get(fmt)
         for t, w in enumerate(self.weights):
             if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[0] < 1:
                 raise ConfigError(f"weights[{t}]: expected a [rows >= 1, D] tensor")
-            if w.dtype not in DTYPES:
-                raise ConfigError(f"weights[{t}]: dtype {w.dtype} is not float32 or float16")
+            if want is not None and w.dtype != want:
+                raise ConfigError(f"weights[{t}]: {fmt} rows need dtype {want}, got {w.dtype}")
+            if want is None and w.dtype != torch.uint8 and format_of(w.dtype) != fmt:
+                raise ConfigError(f"weights[{t}]: {fmt} rows need dtype torch.uint8, got {w.dtype}")
             if (w.shape[1], w.dtype, w.device) != (first.shape[1], first.dtype, first.device):
                 raise ConfigError(f"weights[{t}]: D, dtype and device must equal table 0's")
         if first.shape[1] < 1:
             raise ConfigError("weights: D must be >= 1")
         if self.pooling not in POOLINGS:
             raise ConfigError(f"pooling: {self.pooling!r} is not one of {', '.join(POOLINGS)}")
+        self._check_scale_bias(fmt)
+
+    def _check_scale_bias(self, fmt: str) -> None:
+        if fmt not in INTEGER_FORMATS:
+            if self.scale_bias is not None:
+                raise ConfigError(f"scale_bias: {fmt} rows have no scale and bias")
+            return
+        sb = self.scale_bias
+        if not isinstance(sb, tuple) or len(sb) != len(self.weights):
+            raise ConfigError(f"scale_bias: {fmt} rows need one scale-and-bias tensor per table")
+        for t, (w, s) in enumerate(zip(self.weights, sb, strict=True)):
+            shape = (int(w.shape[0]), SCALE_BIAS_BYTES)
+            if not isinstance(s, torch.Tensor) or s.dtype != torch.uint8 or tuple(s.shape) != shape:
+                got = f"{tuple(s.shape)} {s.dtype}" if isinstance(s, torch.Tensor) else repr(s)
+                raise ConfigError(
+                    f"scale_bias[{t}]: expected uint8 {list(shape)} "
+                    f"(float16 scale, bias), got {got}"
+                )
+            if s.device != w.device:
+                raise ConfigError(f"scale_bias[{t}]: on {s.device}, its table on {w.device}")
+            scale, bias = scales(s)
+            if not bool(torch.isfinite(scale).all() & torch.isfinite(bias).all()):
+                row = int((~(torch.isfinite(scale) & torch.isfinite(bias))).nonzero()[0])
+                raise ConfigError(f"scale_bias[{t}]: row {row} has a NaN or infinite scale or bias")
 
     @property
     def num_tables(self) -> int:
         return len(self.weights)
 
     @property
+    def row_format(self) -> str:
+        """The row format (``fmt`` once validated)."""
+        assert self.fmt is not None
+        return self.fmt
+
+    @property
     def dim(self) -> int:
-        return int(self.weights[0].shape[1])
+        return dim_of(self.row_format, int(self.weights[0].shape[1]))
 
     @property
     def dtype(self) -> torch.dtype:
+        """The weights' dtype (``uint8`` for int8/int4 rows; see ``row_format``)."""
         return self.weights[0].dtype
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes one row takes, scale and bias included."""
+        return format_row_bytes(self.row_format, self.dim)
+
+    @property
+    def out_dtype(self) -> torch.dtype:
+        """The dtype a module over these tables returns: the weights' for float rows (as
+        ``nn.EmbeddingBag``), float32 for quantized ones (as TorchRec's quantized collection)."""
+        return FLOAT_DTYPES.get(self.row_format, torch.float32)
+
+    def dequantized(self, t: int) -> torch.Tensor:
+        """Table ``t``'s rows as float32 ``[rows, D]`` (a new tensor)."""
+        sb = None if self.scale_bias is None else self.scale_bias[t]
+        return dequantize(self.weights[t], sb, self.row_format)
+
+    def with_weights(self, weights: tuple[torch.Tensor, ...]) -> Tables:
+        """The same tables over other float32 weights of the same shapes (e.g. their |values|)."""
+        return Tables(weights=weights, pooling=self.pooling)
 
     @property
     def device(self) -> torch.device:
@@ -141,8 +226,91 @@ class EmbeddingKernel(Protocol):
 
 
 KERNELS: Registry[EmbeddingKernel] = Registry("embedding kernel", package="recperf.embed.kernels")
-"""Built by ``KERNELS.build(name, options, tables, hot_rows=...)``: ``options`` validate into the
-kernel's Config; ``KERNELS.entry(name).space`` is its tunable space."""
+"""Built by ``build_kernel(name, options, tables, hot_rows)`` (or ``KERNELS.build``):
+``options`` validate into the kernel's Config; ``KERNELS.entry(name).space`` is its tunable
+space and ``kernel_traits(name)`` what else callers need to know of it."""
+
+Layout = Literal["tables", "tables-hot", "combined", "hot-first"]
+"""How a kernel lays out rows: the tables as given, each table hottest rows first, all tables in
+one buffer, or one buffer with every table's hot rows first (the L2 model reads this)."""
+FLOAT_PAIR = frozenset({"fp32", "fp16"})
+
+
+@dataclass(frozen=True, slots=True)
+class KernelTraits:
+    """What callers need to know of an embedding kernel beyond its Config: the one place for it
+    (a user's ``package.module:attr`` kernel gives its own as a class attribute ``traits``)."""
+
+    formats: frozenset[str] = FLOAT_PAIR
+    """The row formats it reads (``formats.ROW_FORMATS``)."""
+    cpu: bool = False
+    """Runs natively on a CPU (the Triton kernels only under ``TRITON_INTERPRET=1``)."""
+    hot_rows: bool = False
+    """Takes ``hot_rows`` (remaps ids so that the hottest rows come first)."""
+    layout: Layout = "combined"
+    """How it lays out the rows."""
+    fused: bool = True
+    """One launch for all tables (the L2 model bounds time over their sum) or one per table."""
+    pins_l2: bool = False
+    """Pins its hot region in the GPU's persisting L2."""
+    reads_fp32: bool = False
+    """Reads float32 copies of the rows, whatever their format."""
+    peer: str = ""
+    """The library whose operator it runs (``fbgemm``, ``torch``), "" for recperf's own."""
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.formats) - set(ROW_FORMATS))
+        if bad:
+            raise ConfigError(f"traits.formats: {bad[0]!r}; allowed: {', '.join(ROW_FORMATS)}")
+
+
+def kernel_traits(name: str) -> KernelTraits:
+    """Kernel ``name``'s traits: its registered ones, else (a plug-in that gives none) the
+    defaults, with ``hot_rows`` when its factory takes them."""
+    entry = KERNELS.entry(name)
+    if isinstance(entry.traits, KernelTraits):
+        return entry.traits
+    try:
+        takes = "hot_rows" in inspect.signature(entry.factory).parameters
+    except (TypeError, ValueError):  # a factory whose signature Python cannot read
+        takes = False
+    return KernelTraits(hot_rows=takes)
+
+
+def kernels_for(fmt: str, device_type: str, *, native: bool = True) -> list[str]:
+    """The registered kernels that read ``fmt`` rows and, with ``native`` off a GPU, run on a CPU
+    without an interpreter."""
+    gpu = device_type == "cuda"
+    return [
+        n
+        for n in KERNELS.names()
+        if fmt in (tr := kernel_traits(n)).formats and (gpu or tr.cpu or not native)
+    ]
+
+
+def check_reads(name: str, tables: Tables) -> KernelTraits:
+    """Kernel ``name``'s traits, or one ConfigError when it cannot read ``tables``' rows."""
+    tr = kernel_traits(name)
+    if tables.row_format not in tr.formats:
+        raise ConfigError(
+            f"kernel {name!r} does not read {tables.row_format} rows "
+            f"(it reads {', '.join(f for f in ROW_FORMATS if f in tr.formats)})"
+        )
+    return tr
+
+
+def build_kernel(
+    name: str,
+    options: Mapping[str, Any] | None,
+    tables: Tables,
+    hot_rows: Sequence[torch.Tensor] | None = None,
+) -> EmbeddingKernel:
+    """Kernel ``name`` over ``tables``, given ``hot_rows`` when it takes them; one ConfigError
+    when it cannot read their row format or the options are bad."""
+    extra: dict[str, Any] = {}
+    if check_reads(name, tables).hot_rows and hot_rows is not None:
+        extra["hot_rows"] = tuple(hot_rows)
+    return KERNELS.build(name, options, tables, **extra)
 
 
 def make_lookup(
@@ -187,10 +355,10 @@ def _draw_ids(rows: int, n: int, skew: float, g: torch.Generator) -> torch.Tenso
     return torch.randperm(rows, generator=g)[rank]
 
 
-def mismatch(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, dtype: torch.dtype) -> str:
+def mismatch(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, fmt: str) -> str:
     """Why ``out`` is not the reference ``ref`` ("" when it is). ``bound`` is the pooled magnitude
     (the reference on |weights| and |per-sample weights|): the summation order may move a result
-    by at most ``RTOL[dtype] * bound``, whatever cancellation happened."""
+    by at most ``RTOL[fmt] * bound`` (``fmt`` the row format), whatever cancellation happened."""
     if out.shape != ref.shape:
         return f"shape {tuple(out.shape)}, expected {tuple(ref.shape)}"
     if out.dtype != torch.float32:
@@ -198,7 +366,7 @@ def mismatch(out: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor, dtype: t
     if out.device != ref.device:
         return f"device {out.device}, expected {ref.device}"
     err = (out.double() - ref.double()).abs().cpu()
-    tol = RTOL[dtype] * bound.double().abs().cpu() + 1e-30
+    tol = RTOL[fmt] * bound.double().abs().cpu() + 1e-30
     bad = ~(err <= tol)  # NaN counts as bad
     if bool(bad.any()):
         i = tuple(int(x) for x in bad.nonzero()[0])
@@ -214,8 +382,8 @@ class KernelCase:
     """Rows per table."""
     dim: int
     """D, the embedding width."""
-    dtype: torch.dtype
-    """Weight dtype."""
+    fmt: str
+    """Row format."""
     pooling: Pooling
     """sum or mean."""
     batch_size: int
@@ -228,17 +396,20 @@ class KernelCase:
     """Seed of the tables and the lookup."""
 
 
-def random_case(rng: torch.Generator, seed: int) -> KernelCase:
-    """A small random case over the shapes every kernel must support."""
+def random_case(
+    rng: torch.Generator, seed: int, formats: Sequence[str] = ("fp32", "fp16")
+) -> KernelCase:
+    """A small random case over the shapes every kernel must support, in one of ``formats``."""
 
     def pick(n: int) -> int:
         return int(torch.randint(0, n, (1,), generator=rng))
 
     pooling: Pooling = "sum" if pick(2) else "mean"
+    fmt = formats[pick(len(formats))]
     return KernelCase(
         rows=tuple(1 + pick(40) for _ in range(1 + pick(3))),
-        dim=(1, 3, 8, 33)[pick(4)],
-        dtype=DTYPES[pick(2)],
+        dim=((2, 4, 8, 34) if fmt == "int4" else (1, 3, 8, 33))[pick(4)],
+        fmt=fmt,
         pooling=pooling,
         batch_size=1 + pick(4),
         max_len=pick(6),
@@ -250,11 +421,10 @@ def random_case(rng: torch.Generator, seed: int) -> KernelCase:
 def case_inputs(case: KernelCase, device: str = "cpu") -> tuple[Tables, Lookup]:
     """The tables and lookup of ``case`` on ``device``."""
     g = torch.Generator().manual_seed(case.seed)
-    weights = tuple(
-        (torch.randn(r, case.dim, generator=g)).to(device=device, dtype=case.dtype)
-        for r in case.rows
-    )
-    tables = Tables(weights=weights, pooling=case.pooling)
+    coded = [quantize(torch.randn(r, case.dim, generator=g), case.fmt) for r in case.rows]
+    weights = tuple(w.to(device) for w, _ in coded)
+    sbs = tuple(sb.to(device) for _, sb in coded if sb is not None)
+    tables = Tables(weights=weights, pooling=case.pooling, fmt=case.fmt, scale_bias=sbs or None)
     lookup = make_lookup(
         tables,
         batch_size=case.batch_size,
@@ -267,7 +437,9 @@ def case_inputs(case: KernelCase, device: str = "cpu") -> tuple[Tables, Lookup]:
 
 def magnitude(tables: Tables, lookup: Lookup) -> torch.Tensor:
     """The reference pooled over |weights| and |per-sample weights|: bounds summation error."""
-    abs_tables = Tables(weights=tuple(w.abs() for w in tables.weights), pooling=tables.pooling)
+    abs_tables = tables.with_weights(
+        tuple(tables.dequantized(t).abs() for t in range(tables.num_tables))
+    )
     w = lookup.per_sample_weights
     abs_lookup = Lookup(
         indices=lookup.indices,
@@ -286,16 +458,18 @@ def check_kernel(
     options: Mapping[str, Any] | None = None,
 ) -> None:
     """Run kernel ``name`` (built with ``options``, validated into its Config) on ``cases`` random
-    shapes and compare with the ``torch`` reference; raise ContractError naming the case on the
-    first mismatch (bad options are a ConfigError from ``KERNELS.build``)."""
+    shapes in every row format it reads (``cases`` each) and compare with the ``torch``
+    reference; raise ContractError naming the case on the first mismatch (bad options are a
+    ConfigError from ``KERNELS.build``)."""
+    formats = [f for f in ROW_FORMATS if f in kernel_traits(name).formats]
     rng = torch.Generator().manual_seed(seed)
-    for i in range(cases):
-        case = random_case(rng, seed * 1000 + i)
+    for i in range(cases * len(formats)):
+        case = random_case(rng, seed * 1000 + i, formats=(formats[i % len(formats)],))
         tables, lookup = case_inputs(case, device)
-        kernel = KERNELS.build(name, options, tables)
+        kernel = build_kernel(name, options, tables)
         if not isinstance(kernel, EmbeddingKernel):
             raise ContractError(f"{name}: {kernel!r} does not implement EmbeddingKernel")
         ref = KERNELS.build("torch", None, tables)(lookup)
-        why = mismatch(kernel(lookup), ref, magnitude(tables, lookup), tables.dtype)
+        why = mismatch(kernel(lookup), ref, magnitude(tables, lookup), tables.row_format)
         if why:
             raise ContractError(f"embedding kernel {name!r} on {case}: {why}")

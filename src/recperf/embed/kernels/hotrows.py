@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -19,6 +19,7 @@ from recperf.embed.kernels.torch_hot import check_hot_fraction
 from recperf.embed.kernels.triton_tbe import (
     LAUNCH_SPACE,
     PREFETCH_SPACE,
+    TRITON_TRAITS,
     TritonConfig,
     check_prefetch,
     launch_config,
@@ -197,7 +198,11 @@ class HotRowKernel:
         return out
 
 
-@KERNELS.register("hot-l2", config=HotL2Config, space=LAUNCH_SPACE)
+HOT_TRAITS = replace(TRITON_TRAITS, hot_rows=True, layout="hot-first", pins_l2=True)
+"""Hot rows first in one buffer, that region pinned in the persisting L2."""
+
+
+@KERNELS.register("hot-l2", config=HotL2Config, space=LAUNCH_SPACE, traits=HOT_TRAITS)
 def make_hot_l2(
     tables: Tables, *, config: HotL2Config, hot_rows: Sequence[torch.Tensor] | None = None
 ) -> HotRowKernel:
@@ -205,7 +210,7 @@ def make_hot_l2(
     return HotRowKernel(tables, "hot-l2", config, hot_rows)
 
 
-@KERNELS.register("combined", config=CombinedConfig, space=PREFETCH_SPACE)
+@KERNELS.register("combined", config=CombinedConfig, space=PREFETCH_SPACE, traits=HOT_TRAITS)
 def make_combined(
     tables: Tables, *, config: CombinedConfig, hot_rows: Sequence[torch.Tensor] | None = None
 ) -> HotRowKernel:

@@ -9,20 +9,25 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from recperf.embed.kernels.base import KERNELS, Lookup, Tables, check_tables_match
+from recperf.embed.kernels.base import KERNELS, KernelTraits, Lookup, Tables, check_tables_match
+from recperf.embed.kernels.formats import ROW_FORMATS
+
+TRAITS = KernelTraits(
+    formats=frozenset(ROW_FORMATS), cpu=True, layout="tables", fused=False, reads_fp32=True
+)
 
 
-@KERNELS.register("torch")
+@KERNELS.register("torch", traits=TRAITS)
 class TorchReference:
-    """One ``embedding_bag`` per table over float32 copies of the weights (made once); it takes no
-    options."""
+    """One ``embedding_bag`` per table over float32 copies of the weights (made once, every row
+    format dequantized); it takes no options."""
 
     name: str
 
     def __init__(self, tables: Tables) -> None:
         self.name = "torch"
         self.tables = tables
-        self._weights = tuple(w.float() for w in tables.weights)
+        self._weights = tuple(tables.dequantized(t) for t in range(tables.num_tables))
 
     def __call__(self, lookup: Lookup) -> torch.Tensor:
         check_tables_match(self.tables, lookup)

@@ -5,13 +5,14 @@ optimisation: the rows most look-ups touch share cache lines and pages."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.embed.kernels.base import KERNELS, Lookup, Tables, check_tables_match
+from recperf.embed.kernels.reference import TRAITS as REFERENCE_TRAITS
 from recperf.embed.kernels.reference import TorchReference
 
 
@@ -48,7 +49,11 @@ def hot_first_order(rows: int, hot: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.tensor(keep, dtype=torch.int64), rest])
 
 
-@KERNELS.register("torch-hot", config=TorchHotConfig)
+@KERNELS.register(
+    "torch-hot",
+    config=TorchHotConfig,
+    traits=replace(REFERENCE_TRAITS, hot_rows=True, layout="tables-hot"),
+)
 class TorchHotRows(TorchReference):
     """Per table, rows reordered hottest first; each look-up's ids are remapped, then pooled by
     the reference. The hot rows are given (from a trace) or, when not, counted in the first
@@ -75,9 +80,7 @@ class TorchHotRows(TorchReference):
         tables = self.original
         orders = [hot_first_order(r, h) for r, h in zip(tables.rows, hot_rows, strict=True)]
         dev = tables.device
-        self._weights = tuple(
-            w.float()[o.to(dev)] for w, o in zip(tables.weights, orders, strict=True)
-        )
+        self._weights = tuple(tables.dequantized(t)[o.to(dev)] for t, o in enumerate(orders))
         self._remap = []
         for o in orders:
             inverse = torch.empty_like(o)

@@ -16,7 +16,14 @@ import triton.language as tl  # type: ignore[import-untyped]
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.embed.kernels.base import KERNELS, Lookup, Pooling, Tables, check_tables_match
+from recperf.embed.kernels.base import (
+    KERNELS,
+    KernelTraits,
+    Lookup,
+    Pooling,
+    Tables,
+    check_tables_match,
+)
 
 # triton.jit picks compiled or interpreted kernels when this module is imported.
 _JIT_INTERPRETED = bool(triton.knobs.runtime.interpret)
@@ -299,13 +306,19 @@ class TritonTBE:
         return tbe_forward(self.buffer, self.row_base, lookup, self.tables.pooling, self.config)
 
 
-@KERNELS.register("triton", config=TritonConfig, space=LAUNCH_SPACE)
+TRITON_TRAITS = KernelTraits(layout="combined")
+"""The table-batched Triton kernels: GPU (or interpreted), every table in one buffer."""
+
+
+@KERNELS.register("triton", config=TritonConfig, space=LAUNCH_SPACE, traits=TRITON_TRAITS)
 def make_triton(tables: Tables, *, config: TritonConfig) -> TritonTBE:
     """The plain table-batched kernel."""
     return TritonTBE(tables, "triton", config)
 
 
-@KERNELS.register("triton-prefetch", config=TritonPrefetchConfig, space=PREFETCH_SPACE)
+@KERNELS.register(
+    "triton-prefetch", config=TritonPrefetchConfig, space=PREFETCH_SPACE, traits=TRITON_TRAITS
+)
 def make_triton_prefetch(tables: Tables, *, config: TritonPrefetchConfig) -> TritonTBE:
     """The table-batched kernel with ``config.prefetch`` (1 or 2) chunks loaded ahead."""
     return TritonTBE(tables, "triton-prefetch", config)
