@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ import torch
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.results import atomic_path
 from recperf.embed.kernels.base import KERNELS, RTOL, EmbeddingKernel, Lookup, Tables
-from recperf.embed.timing import median_s
+from recperf.embed.timing import median_s, time_calls
 
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))) / "recperf"
 Progress = Callable[[float], None]
@@ -89,6 +90,29 @@ def grid(name: str, space: Space | None = None) -> list[dict[str, Any]]:
     ]
 
 
+def _build_checked(
+    name: str,
+    params: dict[str, Any],
+    tables: Tables,
+    lookup: Lookup,
+    want: torch.Tensor,
+    extra: dict[str, Any],
+) -> EmbeddingKernel | str:
+    """The candidate built and checked against the reference's ``want``, or why it was
+    rejected."""
+    try:
+        kernel: EmbeddingKernel = KERNELS.build(name, params, tables, **extra)
+        got = kernel(lookup)
+    except (RecperfError, RuntimeError, ValueError) as exc:  # e.g. a block too big for the GPU
+        return f"failed: {exc}".splitlines()[0]
+    tol = max(RTOL[tables.row_format], 1e-5)
+    if got.shape != want.shape or not torch.allclose(
+        got.float(), want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)
+    ):
+        return "wrong result"
+    return kernel
+
+
 def _time_one(
     name: str,
     params: dict[str, Any],
@@ -99,17 +123,56 @@ def _time_one(
     extra: dict[str, Any],
 ) -> float | str:
     """Median seconds per batch, or why the candidate was rejected."""
-    try:
-        kernel: EmbeddingKernel = KERNELS.build(name, params, tables, **extra)
-        got = kernel(lookups[0])
-    except (RecperfError, RuntimeError, ValueError) as exc:  # e.g. a block too big for the GPU
-        return f"failed: {exc}".splitlines()[0]
-    tol = max(RTOL[tables.row_format], 1e-5)
-    if not torch.allclose(
-        got.float(), want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)
-    ):
-        return "wrong result"
+    kernel = _build_checked(name, params, tables, lookups[0], want, extra)
+    if isinstance(kernel, str):
+        return kernel
     return median_s(kernel, lookups, reps, tables.device)
+
+
+def interleaved_s(
+    kernels: Sequence[EmbeddingKernel], lookups: Sequence[Lookup], reps: int, device: torch.device
+) -> list[float]:
+    """Median seconds per batch of each kernel, timed in ``reps`` rounds after one warm-up
+    round: in each round every kernel runs once on the same batch, the first of the round
+    rotating, so a neighbour's burst on a shared machine hits every kernel alike."""
+    times: list[list[float]] = [[] for _ in kernels]
+    for i in range(reps + 1):
+        for j in range(len(kernels)):
+            k = (i + j) % len(kernels)
+            t = time_calls(kernels[k], [lookups[i % len(lookups)]], 1, device, warmup=0)[0]
+            if i:
+                times[k].append(t)
+    return [statistics.median(t) for t in times]
+
+
+def _time_all(
+    plan: Sequence[tuple[str, dict[str, Any]]],
+    tables: Tables,
+    lookups: Sequence[Lookup],
+    want: torch.Tensor,
+    reps: int,
+    extra: Mapping[str, dict[str, Any]],
+    interleave: bool,
+    progress: Progress | None,
+) -> list[float | str]:
+    """Each candidate's median seconds per batch, or why it was rejected: one after another,
+    or (``interleave``) all built and checked first, then timed in turn."""
+    if not interleave:
+        out: list[float | str] = []
+        for i, (name, params) in enumerate(plan):
+            out.append(_time_one(name, params, tables, lookups, want, reps, extra.get(name, {})))
+            if progress is not None:
+                progress((i + 1) / len(plan))
+        return out
+    built = [
+        _build_checked(name, params, tables, lookups[0], want, extra.get(name, {}))
+        for name, params in plan
+    ]
+    ok = [k for k in built if not isinstance(k, str)]
+    seconds = iter(interleaved_s(ok, lookups, reps, tables.device) if ok else [])
+    if progress is not None:
+        progress(1.0)
+    return [k if isinstance(k, str) else next(seconds) for k in built]
 
 
 def autotune(
@@ -124,10 +187,14 @@ def autotune(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     spaces: Mapping[str, Space] | None = None,
     progress: Progress | None = None,
+    interleave: bool = False,
 ) -> TuneResult:
     """Time ``variants`` x their grids; the winner is cached under ``cache_key``. Per variant,
     ``extra`` gives its data (e.g. the hot rows), ``options`` its fixed Config options (the
-    grid's values override them) and ``spaces`` a space to sweep instead of its registered one."""
+    grid's values override them) and ``spaces`` a space to sweep instead of its registered one.
+    ``interleave`` builds every candidate at once (memory: each holds what it builds, e.g. a
+    copy of the tables) and times them in turn, which is fair on a busy machine; off, they are
+    built and timed one at a time."""
     key = cache_key(tables, lookups, trace, variants, options, spaces)
     store = _load(cache)
     if key in store:
@@ -144,13 +211,11 @@ def autotune(
     for name, params in plan:  # a bad option or space is the user's one-line error, up front
         KERNELS.config(name, params)
     candidates: list[dict[str, Any]] = []
-    for i, (name, params) in enumerate(plan):
-        t = _time_one(name, params, tables, lookups, want, reps, (extra or {}).get(name, {}))
+    timings = _time_all(plan, tables, lookups, want, reps, extra or {}, interleave, progress)
+    for (name, params), t in zip(plan, timings, strict=True):
         row: dict[str, Any] = {"kernel": name, "params": params}
         row.update({"ms": t * 1e3} if isinstance(t, float) else {"rejected": t})
         candidates.append(row)
-        if progress is not None:
-            progress((i + 1) / len(plan))
     timed = [c for c in candidates if "ms" in c]
     if not timed:
         raise RecperfError(f"autotune: no variant ran: {candidates[0].get('rejected')}")

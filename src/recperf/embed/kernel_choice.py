@@ -1,7 +1,8 @@
 """Which kernel a drop-in module runs and what it is built with: a kernel named by the caller, or
-``auto``, the autotuner's cached winner for this device and these tables (read from its cache,
-never timed here), falling back to the ``torch`` reference with the reason; and the hot rows of
-the kernels that remap ids, given or counted in a sample trace."""
+``auto``, the autotuner's cached winner for this device and these tables (``cached_winner``,
+never timed), or the fastest of the kernels that read these rows here, timed on the caller's
+batches (``measured_choice``); falling back to the ``torch`` reference with the reason; and the
+hot rows of the kernels that remap ids, given or counted in a sample trace."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ import torch
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, RecperfError
-from recperf.embed.autotune import DEFAULT_CACHE, device_name
-from recperf.embed.kernels.base import EmbeddingKernel, Tables, build_kernel, kernel_traits
+from recperf.embed.autotune import DEFAULT_CACHE, TuneResult, autotune, device_name
+from recperf.embed.kernels.base import (
+    EmbeddingKernel,
+    Lookup,
+    Tables,
+    build_kernel,
+    kernel_traits,
+    kernels_for,
+)
 from recperf.embed.traces import Trace
 
 AUTO = "auto"
@@ -35,8 +43,9 @@ class KernelChoice:
     params: Mapping[str, Any] = field(default_factory=dict)
     """Its options (Config fields)."""
     source: str = "named"
-    """``named`` (asked for by name), ``autotune cache``, ``tuned`` (timed by ``tune``) or
-    ``fallback`` (``auto`` found no usable winner: the reference runs)."""
+    """``named`` (asked for by name), ``autotune cache``, ``tuned`` (timed by ``tune``),
+    ``measured`` (timed by ``measured_choice``) or ``fallback`` (``auto`` found no usable
+    winner: the reference runs)."""
     note: str = ""
     """The cache entry used, or why the reference runs instead of a winner."""
 
@@ -136,6 +145,70 @@ def cached_winner(
     return KernelChoice(
         kernel=entry["kernel"], params=params, source="autotune cache", note=f"cache key {key}"
     )
+
+
+def measured_choice(
+    tables: Tables,
+    lookups: Sequence[Lookup],
+    hot_rows: Sequence[torch.Tensor] | None,
+    *,
+    cache: Path | None,
+    trace: str = "dropin",
+    reps: int = 5,
+) -> KernelChoice:
+    """The fastest kernel for ``tables`` on their device, measured on ``lookups``: every kernel
+    that reads their row format natively there (``kernels_for``: recperf's own and the
+    installed peers), the ones that remap ids only when ``hot_rows`` are given, each checked
+    equal to the reference, then timed in turn (``autotune`` with ``interleave``), ``reps``
+    rounds. The winner is cached in ``cache`` per device, shapes and ``trace`` (a cached one is
+    returned untimed, ``source`` "autotune cache"); ``note`` says what won and by how much."""
+    check_range("reps", reps, 1, None)
+    if not lookups:
+        raise ConfigError("lookups: measured_choice needs at least one batch to time")
+    names = [
+        n
+        for n in kernels_for(tables.row_format, tables.device.type)
+        if hot_rows is not None or not kernel_traits(n).hot_rows
+    ]
+    extra = {n: {"hot_rows": tuple(hot_rows)} for n in names if hot_rows is not None}
+    extra = {n: e for n, e in extra.items() if kernel_traits(n).hot_rows}
+    result = autotune(
+        tables,
+        lookups,
+        variants=names,
+        trace=trace,
+        reps=reps,
+        cache=cache,
+        extra=extra,
+        interleave=True,
+    )
+    source = "autotune cache" if result.cached else "measured"
+    note = measured_note(result)
+    if result.cached:
+        note += f" (measured before, cached in {cache})"
+    return KernelChoice(kernel=result.kernel, params=result.params, source=source, note=note)
+
+
+def measured_note(result: TuneResult) -> str:
+    """What won and by how much: each kernel's best median (fastest first), the winner's lead
+    over the runner-up, and the candidates rejected and why."""
+    best: dict[str, float] = {}
+    rejected: dict[str, str] = {}
+    for c in result.candidates:
+        name = str(c["kernel"])
+        if "ms" in c:
+            best[name] = min(best.get(name, float("inf")), float(c["ms"]))
+        elif name not in best:
+            rejected.setdefault(name, str(c.get("rejected", "rejected")))
+    ranked = sorted(best.items(), key=lambda kv: kv[1])
+    if not ranked:
+        return f"{result.kernel} {result.ms:.3f} ms per batch"
+    head = f"{ranked[0][0]} {ranked[0][1]:.3f} ms per batch"
+    if len(ranked) > 1:
+        head += f", {ranked[1][1] / ranked[0][1]:.2f}x faster than {ranked[1][0]}"
+    rest = [f"{n} {ms:.3f} ms" for n, ms in ranked[1:]]
+    rest += [f"{n} rejected ({why})" for n, why in rejected.items() if n not in best]
+    return "; ".join([head, *rest])
 
 
 def build_choice(
