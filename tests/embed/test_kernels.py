@@ -34,9 +34,20 @@ def _fields(cls: type[Any] | None) -> list[str]:
 
 
 def test_all_kernels_registered_with_their_config_and_space() -> None:
-    assert NAMES == ["combined", "hot-l2", "torch", "torch-hot", "triton", "triton-prefetch"]
+    assert NAMES == [
+        "bag-concat",
+        "combined",
+        "fbgemm-tbe",
+        "hot-l2",
+        "torch",
+        "torch-hot",
+        "triton",
+        "triton-prefetch",
+    ]
     configs = {name: KERNELS.entry(name).config for name in NAMES}
     assert configs == {
+        "bag-concat": None,
+        "fbgemm-tbe": None,
         "combined": CombinedConfig,
         "hot-l2": HotL2Config,
         "torch": None,
@@ -51,6 +62,8 @@ def test_all_kernels_registered_with_their_config_and_space() -> None:
     assert _fields(TorchHotConfig) == ["hot_fraction"]
     spaces = {name: sorted(KERNELS.entry(name).space) for name in NAMES}
     assert spaces == {
+        "bag-concat": [],
+        "fbgemm-tbe": [],
         "combined": sorted([*LAUNCH, "prefetch"]),
         "hot-l2": LAUNCH,
         "torch": [],
@@ -120,7 +133,7 @@ def test_empty_bags_one_row_tables_and_ragged_dim(name: str, pooling: str, weigh
         batch_size=2,
         per_sample_weights=torch.tensor([0.5, -1.0, 2.0, 3.0, 0.25]) if weighted else None,
     )
-    options = {} if name in ("torch", "torch-hot") else {"block_d": 16}
+    options = {"block_d": 16} if "block_d" in KERNELS.entry(name).space else {}
     out = KERNELS.build(name, options, tables)(lookup)
     ref = KERNELS.build("torch", None, tables)(lookup)
     assert torch.equal(out[0, 0], torch.zeros(33)) and torch.equal(out[0, 1], torch.zeros(33))
@@ -336,6 +349,8 @@ def test_torch_hot_puts_the_given_hot_rows_first_and_stays_exact() -> None:
 def test_every_kernel_matches_the_reference_on_cuda(name: str) -> None:
     """On a GPU, compiled (run with TRITON_INTERPRET=0: tests/conftest.py defaults to
     the interpreter), on the same random shapes as on the CPU, fp16 and weights included."""
-    if triton_tbe._JIT_INTERPRETED and name not in ("torch", "torch-hot"):
+    if not base.kernel_traits(name).gpu:
+        pytest.skip(f"{name} runs on the CPU only")
+    if triton_tbe._JIT_INTERPRETED and name not in ("torch", "torch-hot", "bag-concat"):
         pytest.skip("Triton is interpreted here; run the GPU tests with TRITON_INTERPRET=0")
     check_kernel(name, device="cuda")

@@ -82,3 +82,105 @@ def test_measured_choice_refuses_no_batches() -> None:
     tables, _ = _tables_and_lookups()
     with pytest.raises(ConfigError, match="lookups"):
         measured_choice(tables, [], None, cache=None)
+
+
+# -- the peers -------------------------------------------------------------------------------
+
+fbgemm = pytest.importorskip("fbgemm_gpu")
+from fbgemm_gpu.split_embedding_configs import SparseType  # noqa: E402
+from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation  # noqa: E402
+from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (  # noqa: E402
+    IntNBitTableBatchedEmbeddingBagsCodegen,
+)
+
+from recperf.embed.kernels import check_kernel  # noqa: E402
+from recperf.embed.kernels.base import kernel_traits, magnitude, mismatch  # noqa: E402
+from recperf.embed.kernels.formats import quantize  # noqa: E402
+
+
+def test_peers_are_registered_with_their_traits() -> None:
+    tbe, bag = kernel_traits("fbgemm-tbe"), kernel_traits("bag-concat")
+    assert tbe.formats == {"fp32", "fp16", "fp8", "int8", "int4"}  # FBGEMM 1.8 reads no bf16
+    assert bag.formats == {"fp32", "fp16", "bf16"}
+    assert (tbe.peer, tbe.cpu, tbe.gpu, bag.peer, bag.cpu) == ("fbgemm", True, False, "torch", True)
+    assert "fbgemm-tbe" in kernels_for("int4", "cpu") and "fbgemm-tbe" not in kernels_for(
+        "fp32", "cuda"
+    )
+    assert "bag-concat" not in kernels_for("int8", "cpu")
+
+
+@pytest.mark.parametrize("name", ["fbgemm-tbe", "bag-concat"])
+def test_peer_passes_check_kernel_in_every_format_it_reads(name: str) -> None:
+    check_kernel(name, seed=7, cases=6)
+
+
+def _fbgemm_module(fmt: str, rows: tuple[int, ...], dim: int, seed: int, align: int) -> tuple[
+    IntNBitTableBatchedEmbeddingBagsCodegen, Tables
+]:  # fmt: skip
+    """An FBGEMM inference TBE holding ``fmt`` rows (quantized by recperf), and the ``Tables``
+    over its ``split_embedding_weights()`` views, as a TorchRec import would make them."""
+    ty = {"int8": SparseType.INT8, "int4": SparseType.INT4, "fp16": SparseType.FP16}[fmt]
+    op = IntNBitTableBatchedEmbeddingBagsCodegen(
+        embedding_specs=[("", r, dim, ty, EmbeddingLocation.HOST) for r in rows],
+        device="cpu",
+        output_dtype=SparseType.FP32,
+        row_alignment=align,
+    )
+    op.initialize_weights()
+    g = torch.Generator().manual_seed(seed)
+    weights, sbs = [], []
+    for (dst, dst_sb), r in zip(op.split_embedding_weights(), rows, strict=True):
+        q, sb = quantize(torch.randn(r, dim, generator=g), fmt)
+        dst.copy_(q.view(torch.uint8))
+        if sb is not None:
+            assert dst_sb is not None
+            dst_sb.copy_(sb)
+            sbs.append(dst_sb)
+        weights.append(dst if fmt != "fp16" else dst.view(torch.float16))
+    return op, Tables(weights=tuple(weights), fmt=fmt, scale_bias=tuple(sbs) or None)
+
+
+@pytest.mark.parametrize(("fmt", "align"), [("int8", 1), ("int4", 16), ("fp16", 16)])
+def test_fbgemm_tbe_reads_fbgemm_tables_where_they_lie(fmt: str, align: int) -> None:
+    op, tables = _fbgemm_module(fmt, (9, 1, 20), 8, seed=3, align=align)
+    kernel = KERNELS.build("fbgemm-tbe", None, tables)
+    assert kernel.buffer.shared  # type: ignore[attr-defined]
+    assert kernel.buffer.data.data_ptr() == op.weights_host.data_ptr()  # type: ignore[attr-defined]
+    lookup = make_lookup(tables, batch_size=3, pooling_factor=2, seed=1, weighted=True)
+    got = kernel(lookup)
+    ref = KERNELS.build("torch", None, tables)(lookup)
+    assert mismatch(got, ref, magnitude(tables, lookup), fmt) == ""
+    theirs = op(lookup.indices.int(), lookup.offsets.int(), lookup.per_sample_weights)
+    torch.testing.assert_close(got, theirs.view(got.shape), rtol=0, atol=0)
+    # a row changed in FBGEMM's buffer is what the kernel reads next: no copy was made
+    op.split_embedding_weights()[0][0][lookup.indices[0]].fill_(0)
+    assert not torch.equal(kernel(lookup), got) or bool((got == 0).all())
+
+
+def test_fbgemm_tbe_copies_tables_that_do_not_share_a_buffer() -> None:
+    tables = Tables(weights=(torch.randn(4, 8), torch.randn(3, 8)))
+    assert not KERNELS.build("fbgemm-tbe", None, tables).buffer.shared  # type: ignore[attr-defined]
+
+
+def test_fbgemm_reads_fp8_codes_and_int4_nibbles_as_formats_says() -> None:
+    codes = torch.arange(256, dtype=torch.uint8)
+    finite = codes[(codes & 0x7F) != 0x7F]  # 0x7F/0xFF: NaN to torch, +-480 to FBGEMM
+    one = Lookup(indices=torch.tensor([0]), offsets=torch.tensor([0, 1]), batch_size=1)
+    fp8 = Tables(weights=(finite[None, :],), fmt="fp8")
+    got = KERNELS.build("fbgemm-tbe", None, fp8)(one)[0, 0]
+    assert torch.equal(got, fp8.dequantized(0)[0])
+    # int4: row 0 holds codes 1 (low nibble, column 0) and 2 (high nibble, column 1), ...
+    packed = torch.tensor([[0x21, 0x43, 0x65, 0x87]], dtype=torch.uint8)
+    sb = torch.tensor([[1.0, 0.0]], dtype=torch.float16).view(torch.uint8)
+    int4 = Tables(weights=(packed,), fmt="int4", scale_bias=(sb,))
+    got = KERNELS.build("fbgemm-tbe", None, int4)(one)[0, 0]
+    want = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+    assert got.tolist() == want == int4.dequantized(0)[0].tolist()
+
+
+def test_fbgemm_tbe_refuses_an_id_outside_its_table() -> None:
+    tables = Tables(weights=(torch.randn(4, 8),))
+    bad = Lookup(indices=torch.tensor([4]), offsets=torch.tensor([0, 1]), batch_size=1)
+    with pytest.raises(RuntimeError):
+        KERNELS.build("fbgemm-tbe", None, tables)(bad)
+    assert bad.indices.tolist() == [4]  # the caller's ids are untouched

@@ -5,7 +5,7 @@ installed)."""
 
 import importlib
 
-from recperf.embed.kernels import reference, torch_hot
+from recperf.embed.kernels import peers, reference, torch_hot
 from recperf.embed.kernels.base import (
     KERNELS,
     EmbeddingKernel,
@@ -31,6 +31,7 @@ __all__ = [
     "Tables",
     "check_kernel",
     "make_lookup",
+    "peers",
     "reference",
     "torch_hot",
 ]

@@ -245,6 +245,8 @@ class KernelTraits:
     """The row formats it reads (``formats.ROW_FORMATS``)."""
     cpu: bool = False
     """Runs natively on a CPU (the Triton kernels only under ``TRITON_INTERPRET=1``)."""
+    gpu: bool = True
+    """Runs on a CUDA device (off for a peer whose installed build is CPU-only)."""
     hot_rows: bool = False
     """Takes ``hot_rows`` (remaps ids so that the hottest rows come first)."""
     layout: Layout = "combined"
@@ -278,13 +280,14 @@ def kernel_traits(name: str) -> KernelTraits:
 
 
 def kernels_for(fmt: str, device_type: str, *, native: bool = True) -> list[str]:
-    """The registered kernels that read ``fmt`` rows and, with ``native`` off a GPU, run on a CPU
-    without an interpreter."""
+    """The registered kernels that read ``fmt`` rows and run on ``device_type``: on a GPU those
+    with the ``gpu`` trait, elsewhere (with ``native``) those that run on a CPU without an
+    interpreter."""
     gpu = device_type == "cuda"
     return [
         n
         for n in KERNELS.names()
-        if fmt in (tr := kernel_traits(n)).formats and (gpu or tr.cpu or not native)
+        if fmt in (tr := kernel_traits(n)).formats and (tr.gpu if gpu else (tr.cpu or not native))
     ]
 
 
@@ -436,10 +439,10 @@ def case_inputs(case: KernelCase, device: str = "cpu") -> tuple[Tables, Lookup]:
 
 
 def magnitude(tables: Tables, lookup: Lookup) -> torch.Tensor:
-    """The reference pooled over |weights| and |per-sample weights|: bounds summation error."""
-    abs_tables = tables.with_weights(
-        tuple(tables.dequantized(t).abs() for t in range(tables.num_tables))
-    )
+    """The reference pooled over |weights| and |per-sample weights|: bounds summation error.
+    For int8/int4 rows each value counts as |q * scale| + |bias|, the terms its dequantization
+    adds: they may cancel, and a kernel that fuses them (FBGEMM's fma) rounds differently."""
+    abs_tables = tables.with_weights(tuple(_abs_terms(tables, t) for t in range(tables.num_tables)))
     w = lookup.per_sample_weights
     abs_lookup = Lookup(
         indices=lookup.indices,
@@ -448,6 +451,13 @@ def magnitude(tables: Tables, lookup: Lookup) -> torch.Tensor:
         per_sample_weights=None if w is None else w.abs(),
     )
     return KERNELS.build("torch", None, abs_tables)(abs_lookup)
+
+
+def _abs_terms(tables: Tables, t: int) -> torch.Tensor:
+    sb = None if tables.scale_bias is None else tables.scale_bias[t]
+    if sb is not None:  # codes are unsigned: q * |scale| + |bias| = |q * scale| + |bias|
+        sb = sb.contiguous().view(torch.float16).abs().view(torch.uint8)
+    return dequantize(tables.weights[t], sb, tables.row_format).abs()
 
 
 def check_kernel(

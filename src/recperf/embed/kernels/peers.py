@@ -1,0 +1,225 @@
+"""The installed peers as recperf kernels, so that ``auto`` can pick them where they measure
+faster: ``fbgemm-tbe``, FBGEMM's inference table-batched operator (the one TorchRec's quantized
+collection runs) over every row format it reads, and ``bag-concat``, one ``embedding_bag`` over
+the concatenated float tables (the fastest fp32 peer on a CPU in issue 18). Both pool exactly
+what the reference pools (``reference.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from recperf.core.errors import ConfigError
+from recperf.embed.kernels.base import KERNELS, KernelTraits, Lookup, Tables, check_tables_match
+from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, SCALE_BIAS_BYTES
+from recperf.embed.kernels.formats import row_bytes as format_row_bytes
+
+try:  # fbgemm-gpu (or its CPU build) is optional: without it only bag-concat registers
+    import fbgemm_gpu  # type: ignore[import-untyped]  # noqa: F401  (loads its operators)
+    from fbgemm_gpu.split_embedding_configs import SparseType  # type: ignore[import-untyped]
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import (  # type: ignore[import-untyped]
+        BoundsCheckMode,
+        EmbeddingLocation,
+    )
+except ImportError:  # pragma: no cover - fbgemm is installed in the dev environment
+    SparseType = None
+
+TBE_FORMATS = frozenset({"fp32", "fp16", "fp8", "int8", "int4"})
+"""What FBGEMM's inference TBE reads (no bf16 rows in fbgemm-gpu 1.8)."""
+TBE_TYPES = {"fp32": "FP32", "fp16": "FP16", "fp8": "FP8", "int8": "INT8", "int4": "INT4"}
+CACHE_LINE = 128
+"""FBGEMM starts each table of a buffer it allocates on a cache line; so does a copy here."""
+MEAN = 1
+"""FBGEMM's ``PoolingMode.MEAN``; ``SUM`` is 0."""
+
+
+@dataclass(frozen=True, slots=True)
+class TbeBuffer:
+    """Every table's rows in one ``uint8`` buffer, FBGEMM's IntNBit layout: table ``t`` starts
+    at byte ``offsets[t]``, rows ``stride`` bytes apart, int8/int4 rows led by their scale and
+    bias."""
+
+    data: torch.Tensor
+    offsets: tuple[int, ...]
+    stride: int
+    shared: bool
+    """Whether ``data`` is the tables' own storage (no copy was made)."""
+
+
+def shared_buffer(tables: Tables) -> TbeBuffer | None:
+    """The buffer the tables already lie in, when they are views into one (as FBGEMM's and
+    TorchRec's ``split_embedding_weights()`` return them), with one row stride and, for
+    int8/int4, each row's scale and bias right before its codes; else None."""
+    fmt = tables.row_format
+    first = tables.weights[0]
+    storage = first.untyped_storage()
+    elem = first.element_size()
+    stride = first.stride(0) * elem
+    if stride < format_row_bytes(fmt, tables.dim):
+        return None
+    offsets: list[int] = []
+    for t, w in enumerate(tables.weights):
+        if w.untyped_storage().data_ptr() != storage.data_ptr() or w.stride() != first.stride():
+            return None
+        if w.stride(1) != 1 and w.shape[1] > 1:
+            return None
+        start = int(w.storage_offset()) * elem
+        if fmt in INTEGER_FORMATS:
+            assert tables.scale_bias is not None
+            sb = tables.scale_bias[t]
+            if sb.untyped_storage().data_ptr() != storage.data_ptr() or sb.stride(0) != stride:
+                return None
+            if sb.storage_offset() + SCALE_BIAS_BYTES != start:
+                return None
+            start = int(sb.storage_offset())
+        offsets.append(start)
+    data = torch.empty(0, dtype=torch.uint8, device=first.device)
+    data.set_(storage, 0, (storage.nbytes(),), (1,))
+    return TbeBuffer(data=data, offsets=tuple(offsets), stride=stride, shared=True)
+
+
+def copied_buffer(tables: Tables) -> TbeBuffer:
+    """The tables' rows copied into one new buffer (rows unpadded, tables on cache lines)."""
+    fmt = tables.row_format
+    stride = format_row_bytes(fmt, tables.dim)
+    offsets: list[int] = []
+    size = 0
+    for n in tables.rows:
+        offsets.append(size)
+        size += -(-n * stride // CACHE_LINE) * CACHE_LINE
+    data = torch.zeros(size, dtype=torch.uint8, device=tables.device)
+    for t, (w, start) in enumerate(zip(tables.weights, offsets, strict=True)):
+        rows = data[start : start + w.shape[0] * stride].view(w.shape[0], stride)
+        codes = w.contiguous().view(torch.uint8)
+        if fmt in INTEGER_FORMATS:
+            assert tables.scale_bias is not None
+            rows[:, :SCALE_BIAS_BYTES] = tables.scale_bias[t]
+            rows[:, SCALE_BIAS_BYTES:] = codes
+        else:
+            rows.copy_(codes)
+    return TbeBuffer(data=data, offsets=tuple(offsets), stride=stride, shared=False)
+
+
+if SparseType is not None:
+
+    @KERNELS.register(
+        "fbgemm-tbe",
+        traits=KernelTraits(
+            formats=TBE_FORMATS, cpu=True, gpu=False, layout="combined", peer="fbgemm"
+        ),
+    )
+    class FbgemmTBE:
+        """FBGEMM's inference TBE operator (``int_nbit_split_embedding_codegen_lookup_function``,
+        what ``IntNBitTableBatchedEmbeddingBagsCodegen`` and TorchRec's quantized collection
+        call) over fp32, fp16, fp8 (e4m3, exponent bias 7) and int8/int4 rows, float32 out; on
+        the CPU only (its placements are host ones; the installed build is fbgemm-gpu-cpu). fp8
+        codes 0x7F/0xFF are ±480 to FBGEMM, NaN to torch: ``formats.quantize`` never makes them.
+        Tables that are views into one buffer (``split_embedding_weights()`` of an FBGEMM or
+        TorchRec module) are read where they lie; otherwise their rows are copied once, here,
+        into one buffer in FBGEMM's layout (``buffer.shared`` says which). Ids are bounds-checked
+        by FBGEMM on every call, as its module does."""
+
+        name: str
+
+        def __init__(self, tables: Tables) -> None:
+            if tables.device.type != "cpu":
+                raise ConfigError(f"fbgemm-tbe: runs on the CPU, the tables are on {tables.device}")
+            if tables.row_format not in TBE_FORMATS:
+                raise ConfigError(f"fbgemm-tbe: FBGEMM reads no {tables.row_format} rows")
+            self.name = "fbgemm-tbe"
+            self.tables = tables
+            self.buffer = shared_buffer(tables) or copied_buffer(tables)
+            n, dev, d = tables.num_tables, tables.device, tables.dim
+            ty = SparseType[TBE_TYPES[tables.row_format]]
+            self._args = {
+                "dev_weights": self.buffer.data,
+                "uvm_weights": torch.empty(0, dtype=torch.uint8, device=dev),
+                "weights_placements": torch.full(
+                    (n,), EmbeddingLocation.HOST.value, dtype=torch.int32, device=dev
+                ),
+                "weights_offsets": torch.tensor(self.buffer.offsets, dtype=torch.int64, device=dev),
+                "weights_tys": torch.full((n,), ty.as_int(), dtype=torch.uint8, device=dev),
+                "D_offsets": torch.arange(0, (n + 1) * d, d, dtype=torch.int32, device=dev),
+                "total_D": n * d,
+                **{f"max_{k}_D": 0 for k in ("int2", "int4", "int8", "float16", "float32")},
+                "max_float8_D": 0,
+                "row_alignment": self.buffer.stride,  # round_up(row bytes, stride) = stride
+                "fp8_exponent_bits": -1,
+                "fp8_exponent_bias": -1,
+                "output_dtype": SparseType.FP32.as_int(),
+                "pooling_mode": MEAN if tables.pooling == "mean" else 0,
+            }
+            key = {"int8": "int8", "int4": "int4", "fp16": "float16", "fp32": "float32"}
+            self._args[f"max_{key.get(tables.row_format, 'float8')}_D"] = d
+            if tables.row_format == "fp8":
+                config = SparseType.FP8.default_config()
+                self._args["fp8_exponent_bits"] = int(config.get("exponent_bits"))
+                self._args["fp8_exponent_bias"] = int(config.get("exponent_bias"))
+            self._rows = torch.tensor(tables.rows, dtype=torch.int64, device=dev)
+            self._warning = torch.zeros(1, dtype=torch.int64, device=dev)
+
+        def __call__(self, lookup: Lookup) -> torch.Tensor:
+            check_tables_match(self.tables, lookup)
+            w = lookup.per_sample_weights
+            ids, offsets = lookup.indices, lookup.offsets
+            # FATAL: an id outside its table raises (WARNING would zero it in the caller's ids).
+            torch.ops.fbgemm.bounds_check_indices(
+                self._rows, ids, offsets, BoundsCheckMode.FATAL.value, self._warning, w
+            )
+            out: torch.Tensor = torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function(
+                indices=ids, offsets=offsets, indice_weights=w, **self._args
+            )
+            return out.view(lookup.batch_size, self.tables.num_tables, self.tables.dim)
+
+
+BAG_FORMATS = frozenset(FLOAT_DTYPES)
+
+
+@KERNELS.register(
+    "bag-concat",
+    traits=KernelTraits(formats=BAG_FORMATS, cpu=True, layout="combined", peer="torch"),
+)
+class BagConcat:
+    """One ``torch.nn.functional.embedding_bag`` over the float tables stacked row-wise (a copy
+    of the rows, made once here), each table's ids shifted by its first row; pooled in the
+    rows' dtype (fp16/bf16 rows as ``nn.EmbeddingBag`` pools them, accumulating in float32),
+    returned as float32. Per-sample weights are cast to the rows' dtype, as torch requires;
+    a weighted ``mean`` is the weighted sum divided by the bag length (as the reference)."""
+
+    name: str
+
+    def __init__(self, tables: Tables) -> None:
+        if tables.row_format not in BAG_FORMATS:
+            raise ConfigError(f"bag-concat: reads float rows, not {tables.row_format}")
+        self.name = "bag-concat"
+        self.tables = tables
+        self._weight = torch.cat(tables.weights) if tables.num_tables > 1 else tables.weights[0]
+        first = torch.tensor([0, *tables.rows[:-1]], dtype=torch.int64).cumsum(0)
+        self._first = first.tolist()
+
+    def __call__(self, lookup: Lookup) -> torch.Tensor:
+        check_tables_match(self.tables, lookup)
+        b, t, d = lookup.batch_size, self.tables.num_tables, self.tables.dim
+        starts = lookup.offsets[::b].tolist()  # one host copy: each table's slice of the ids
+        ids = lookup.indices.clone()
+        for k in range(1, t):  # table 0 starts at row 0
+            ids[starts[k] : starts[k + 1]] += self._first[k]
+        w = lookup.per_sample_weights
+        mean = self.tables.pooling == "mean"
+        out = F.embedding_bag(
+            ids,
+            self._weight,
+            lookup.offsets,
+            mode="mean" if mean and w is None else "sum",
+            per_sample_weights=None if w is None else w.to(self._weight.dtype),
+            include_last_offset=True,
+        )
+        # one pass: table-major bags to [B, T, D], in float32 (a new tensor unless T or B is 1)
+        pooled = out.view(t, b, d).transpose(0, 1)
+        pooled = pooled.to(torch.float32, memory_format=torch.contiguous_format)
+        if mean and w is not None:
+            lengths = (lookup.offsets[1:] - lookup.offsets[:-1]).clamp(min=1).view(t, b)
+            pooled = pooled / lengths.t().unsqueeze(2).to(torch.float32)
+        return pooled
