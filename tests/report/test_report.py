@@ -32,7 +32,7 @@ from recperf.core.results import dumps_json
 from recperf.ingest.sim import model as sim
 from recperf.report import build_report, ingest_ray
 from recperf.report import netsens_section as ns
-from recperf.report.builder import render_page
+from recperf.report.builder import plotly_js, render_page
 from recperf.report.cluster_section import SCHEDULERS, ClusterRun, section_from_runs
 from recperf.report.ingest_peers import load_bundled
 from recperf.report.section import figure_html
@@ -136,7 +136,7 @@ def test_report_has_every_figure_and_inline_plotly(
     for part in NETSENS_PARTS:
         assert f'<div class="rp-figure" id="netsens-{part}"' in page
     assert page.count('class="rp-figure"') == sum(QUICK_SECTION_FIGURES.values())
-    assert "plotly.js v" in page  # the library itself, inline
+    assert page.count("plotly.js (basic - minified) v") == 1  # the library itself, inline, once
     assert not re.search(r"<script[^>]+src=", page)  # nothing fetched from the network
     sections = json.loads((out.parent / "report.json").read_text(encoding="utf-8"))["sections"]
     assert sorted(sections) == sorted(QUICK_SECTION_FIGURES)
@@ -324,6 +324,9 @@ def test_full_report_covers_the_traces_a_real_topology_and_the_congestion_grid(
         + STALLS_FIGURES
         + EMBED_FIGURES
     )
+    # the page's weight: plotly.js once (1.2 MB), the rest under 1.5 MB
+    rest = len(page.encode("utf-8")) - len(plotly_js().encode("utf-8"))
+    assert rest < 1.5e6, f"{rest / 1e6:.2f} MB besides plotly.js"
     grid = report["sections"]["netsens"]["data"]
     assert (grid["trace"], grid["cluster"]) == ("helios-500", "helios")
     assert sorted((r["scheduler"], r["congestion"]) for r in grid["runs"]) == sorted(CELLS)
@@ -438,3 +441,10 @@ def test_injected_script_never_runs_in_chromium(tmp_path: Path) -> None:
     drawn, total = _figures_drawn(dom)
     assert drawn == total == len(FIGURE_PARTS) + len(NETSENS_PARTS)
     assert "data-pwned" not in dom
+
+
+def test_a_trace_type_the_bundle_cannot_draw_is_refused() -> None:
+    fig = go.Figure(go.Heatmap(z=[[1, 2], [3, 4]]))
+    with pytest.raises(ValueError, match=r"'heatmap' is not in the report's plotly\.js bundle"):
+        figure_html("f", fig, "a note")
+    assert "plotly.js (basic - minified) v4.1.1" in plotly_js()[:200]

@@ -6,15 +6,16 @@ plus one entry in ``SECTIONS``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
-from plotly.offline import get_plotlyjs
 
 import recperf
 from recperf.core.results import dumps_json, write_files
@@ -34,6 +35,19 @@ SECTIONS: tuple[SectionBuilder, ...] = (
 )
 """In page order."""
 TEMPLATE = "template.html.j2"
+PLOTLY_JS = ("data", "plotly", "plotly-basic.min.js")
+"""plotly.js's basic partial bundle (scatter, bar, pie), inlined once: 1.2 MB, not the 4.8 MB
+full one (``data/plotly/README.md``); ``section.figure_html`` refuses any other trace type."""
+PLOTLY_SHA256 = "99784e3abfb07b142a15e521a439e6d9addceadb3f79553fd24c72774f0649ba"
+
+
+def plotly_js() -> str:
+    """The bundled plotly.js, checked against its recorded digest (a truncated or swapped file
+    would draw nothing, silently)."""
+    raw = resources.files("recperf").joinpath(*PLOTLY_JS).read_bytes()
+    if hashlib.sha256(raw).hexdigest() != PLOTLY_SHA256:
+        raise RuntimeError(f"recperf/{'/'.join(PLOTLY_JS)} is not the bundled plotly.js")
+    return raw.decode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +91,7 @@ def render_page(sections: Sequence[Section], generated: datetime) -> str:
         version=recperf.__version__,
         sections=page,
         figure_class=FIGURE_CLASS,
-        plotly_js=Markup(get_plotlyjs()),
+        plotly_js=Markup(plotly_js()),
     )
 
 

@@ -52,8 +52,19 @@ def script_safe_json(text: str) -> str:
     return text.replace("<", "\\u003c")
 
 
+BUNDLED_TRACES = frozenset({"scatter", "bar", "pie"})
+"""The trace types of the plotly.js bundle the page inlines (``builder.PLOTLY_JS``)."""
+
+
 def figure_html(fig_id: str, fig: Any, note: str) -> str:
-    """A figure div, its plotly JSON in an inert ``application/json`` script, and a note."""
+    """A figure div, its plotly JSON in an inert ``application/json`` script, and a note.
+    A trace type the page's plotly.js bundle cannot draw is refused here, not left blank."""
+    for trace in fig.data:
+        if trace.type not in BUNDLED_TRACES:
+            raise ValueError(
+                f"figure {fig_id}: trace type {trace.type!r} is not in the report's plotly.js "
+                f"bundle ({', '.join(sorted(BUNDLED_TRACES))})"
+            )
     fid = html.escape(fig_id)
     spec = script_safe_json(pio.to_json(fig, validate=True, pretty=False))
     return (
