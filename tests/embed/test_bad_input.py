@@ -103,3 +103,42 @@ def test_bench_bad_trace_file_is_one_line_before_the_work(tmp_path: Path) -> Non
         message
         == f"{path}:2: field 'row_id' '1e23': expected an integer row id in [0, 100,000,000)"
     )
+
+
+def test_quantize_bad_input_is_one_line(tmp_path: Path) -> None:
+    odd = tmp_path / "odd.pt"
+    torch.save([torch.ones(4, 2), torch.ones(5, 3)], odd)
+    assert one_line_error(["quantize", "--tables", str(odd), "--dtype", "int4"]) == (
+        "tables[1] dim: int4 packs two columns per byte; 3 is odd"
+    )
+    assert one_line_error(["quantize", "--dtype", "int3"]).startswith(
+        "--dtype: 'int3' is not a row format; allowed: fp32, fp16, bf16, fp8, int8, int4"
+    )
+    ints = tmp_path / "ints.pt"
+    torch.save([torch.ones(4, 2, dtype=torch.int64)], ints)
+    assert one_line_error(["quantize", "--tables", str(ints)]) == (
+        f"--tables {ints}: tables[0]: expected a 2-D float32, float16 or bfloat16 tensor, "
+        "got (4, 2) torch.int64"
+    )
+    junk = tmp_path / "junk.pt"
+    junk.write_text("not a tensor file")
+    assert one_line_error(["quantize", "--tables", str(junk)]).startswith(
+        f"--tables {junk}: not a torch.save file of tensors: "
+    )
+    nan = tmp_path / "nan.pt"
+    torch.save({"t": torch.tensor([[1.0, float("inf")]])}, nan)
+    assert one_line_error(["quantize", "--tables", str(nan)]) == (
+        "table 't' weight: holds NaN or infinite values, which no row format can scale"
+    )
+    missing = one_line_error(["quantize", "--tables", str(tmp_path / "none.pt")])
+    assert missing.startswith(f"--tables {tmp_path / 'none.pt'}: ")
+    assert one_line_error(["quantize", "--save"]) == (
+        "--save: needs --out DIR to write the quantized tables into"
+    )
+    assert one_line_error(["quantize", "--tables", str(odd), "--config", "small"]) == (
+        "--tables, --config: give one (your tables, or a configuration's)"
+    )
+    assert (
+        one_line_error(["quantize", "--bags", "0"])
+        == "bags = 0 is outside the allowed range [1, inf]"
+    )

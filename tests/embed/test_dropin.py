@@ -30,7 +30,10 @@ from torchrec import (  # noqa: E402
     PoolingType,
 )
 
-DTYPES = (torch.float32, torch.float16)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+COUNT = DropInConfig(count_hot_rows=True)
+"""Lets a hot-row kernel without hot rows or a sample count them in the inputs."""
+DEBUG = DropInConfig(debug=True)
 TRITON = ("triton", "triton-prefetch", "hot-l2", "combined")
 Inputs = tuple[list[torch.Tensor], list[torch.Tensor | None], list[torch.Tensor | None] | None]
 
@@ -102,7 +105,7 @@ def _check_bags(module: EmbeddingBags, bags: list[nn.EmbeddingBag], inputs: Inpu
 @pytest.mark.parametrize("weighted", [False, True])
 def test_from_torch_pools_as_the_bags(kernel: str, dtype: torch.dtype, weighted: bool) -> None:
     bags = _bags(dtype)
-    module = EmbeddingBags.from_torch(bags, kernel=kernel)
+    module = EmbeddingBags.from_torch(bags, kernel=kernel, config=COUNT)
     assert [g["inputs"] for g in module.describe()] == [
         ["bags[0]", "bags[3]"],
         ["bags[1]"],
@@ -133,7 +136,7 @@ def test_triton_kernels_pool_as_the_bags(kernel: str) -> None:
     pytest.importorskip("triton")
     dtype = torch.float16 if kernel in ("triton-prefetch", "combined") else torch.float32
     bags = _bags(dtype, seed=1)
-    module = EmbeddingBags.from_torch(bags, kernel=kernel)
+    module = EmbeddingBags.from_torch(bags, kernel=kernel, config=COUNT)
     assert {c.kernel for c in module.choices} == {kernel}
     _check_bags(module, bags, _inputs(bags, batch=3, seed=5, weighted=True))
 
@@ -262,7 +265,7 @@ def test_auto_finds_the_cached_winner_and_falls_back_with_a_reason(tmp_path: Pat
     bags = _bags(seed=3)[:1]
     inputs = _inputs(bags, batch=4, seed=2)
     cache = tmp_path / "tune.json"
-    cfg = DropInConfig(cache=cache)
+    cfg = DropInConfig(cache=cache, count_hot_rows=True)
     empty = EmbeddingBags.from_torch(bags, kernel="auto", config=cfg)
     assert empty.choices[0].kernel == "torch" and empty.choices[0].source == "fallback"
     assert "no autotune cache" in empty.choices[0].note
@@ -275,10 +278,19 @@ def test_auto_finds_the_cached_winner_and_falls_back_with_a_reason(tmp_path: Pat
     auto = EmbeddingBags.from_torch(bags, kernel="auto", config=cfg)
     assert auto.choices[0].kernel == "torch-hot" and auto.choices[0].source == "autotune cache"
     _check_bags(auto, bags, inputs)
-    near = DropInConfig(cache=cache, batch_size=5)  # the nearest batch tuned: 4
+    near = DropInConfig(cache=cache, batch_size=5, count_hot_rows=True)  # nearest tuned: 4
     assert (
         EmbeddingBags.from_torch(bags, kernel="auto", config=near).choices[0].kernel == "torch-hot"
     )
+    # A winner that remaps hot rows, with none given nor counting allowed: the reference, why.
+    cold = EmbeddingBags.from_torch(bags, kernel="auto", config=DropInConfig(cache=cache))
+    assert cold.choices[0].kernel == "torch" and cold.choices[0].source == "fallback"
+    assert "remaps hot rows and none were given" in cold.choices[0].note
+    hot = [torch.tensor([1, 2])]
+    warm = EmbeddingBags.from_torch(
+        bags, kernel="auto", hot_rows=hot, config=DropInConfig(cache=cache)
+    )
+    assert warm.choices[0].kernel == "torch-hot"
     elsewhere = DropInConfig(cache=cache, trace="elsewhere")
     miss = EmbeddingBags.from_torch(bags, kernel="auto", config=elsewhere).choices[0]
     assert (
@@ -308,7 +320,7 @@ def test_auto_prefers_the_nearest_batch(tmp_path: Path) -> None:
     cache = tmp_path / "c.json"
     cache.write_text(json.dumps(store))
     for hint, want in ((3, "torch"), (50, "torch-hot"), (None, "torch-hot")):  # None: ms per id
-        cfg = DropInConfig(cache=cache, batch_size=hint)
+        cfg = DropInConfig(cache=cache, batch_size=hint, count_hot_rows=True)
         assert EmbeddingBags.from_torch(bags, kernel="auto", config=cfg).choices[0].kernel == want
 
 
@@ -319,7 +331,7 @@ def test_mixed_dtypes_are_grouped() -> None:
         nn.EmbeddingBag(5, 3),
         nn.EmbeddingBag(4, 3, dtype=torch.float16),
     ]
-    module = EmbeddingBags.from_torch(bags, kernel="torch-hot")
+    module = EmbeddingBags.from_torch(bags, kernel="torch-hot", config=COUNT)
     assert [(g["inputs"], g["dtype"]) for g in module.describe()] == [
         (["bags[0]", "bags[2]"], "float16"),
         (["bags[1]"], "float32"),
@@ -329,7 +341,7 @@ def test_mixed_dtypes_are_grouped() -> None:
 
 def test_half_rebuilds_the_kernels() -> None:
     bags = _bags(seed=6)
-    module = EmbeddingBags.from_torch(bags, kernel="torch-hot").half()
+    module = EmbeddingBags.from_torch(bags, kernel="torch-hot", config=COUNT).half()
     halves = [b.half() for b in bags]
     assert {g["dtype"] for g in module.describe()} == {"float16"}
     _check_bags(module, halves, _inputs(halves, batch=2, seed=3))
@@ -371,7 +383,7 @@ def test_unsupported_torchrec_modules_are_refused() -> None:
     )
     with pytest.raises(ConfigError, match="EmbeddingCollection returns sequence embeddings"):
         EmbeddingBags.from_torchrec(ec)
-    module = EmbeddingBags.from_torchrec(_ebc())
+    module = EmbeddingBags.from_torchrec(_ebc(), config=DEBUG)
     with pytest.raises(ConfigError, match="expected a TorchRec KeyedJaggedTensor"):
         module([torch.tensor([1])])
     kjt = KeyedJaggedTensor.from_lengths_sync(
@@ -392,7 +404,7 @@ def test_unsupported_torchrec_modules_are_refused() -> None:
 
 def _call(case: str) -> None:
     bags = [nn.EmbeddingBag(6, 2, mode="sum"), nn.EmbeddingBag(6, 2, mode="mean")]
-    module = EmbeddingBags.from_torch(bags)
+    module = EmbeddingBags.from_torch(bags, config=DEBUG)
     ids, off = torch.tensor([1, 2, 3]), torch.tensor([0, 2])
     calls = {
         "tables": ([ids], [off]),
@@ -441,7 +453,7 @@ def test_bad_settings_are_one_clear_error() -> None:
         DropInConfig(hot_fraction=0.0)
     with pytest.raises(ConfigError, match="'auto' takes its options from the autotune cache"):
         EmbeddingBags.from_torch(bags, kernel="auto", options={"hot_fraction": 0.5})
-    last = EmbeddingBags.from_torch([nn.EmbeddingBag(6, 2, include_last_offset=True)])
+    last = EmbeddingBags.from_torch([nn.EmbeddingBag(6, 2, include_last_offset=True)], config=DEBUG)
     with pytest.raises(ConfigError, match=r"offsets\[0\]: last offset 2 is not len\(indices\) = 3"):
         last([torch.tensor([1, 2, 3])], [torch.tensor([0, 1, 2])])
     with pytest.raises(ConfigError, match="bags: expected a list"):
@@ -452,3 +464,27 @@ def test_importing_recperf_embed_stays_cheap() -> None:
     code = "import sys, recperf.embed as e; print('torch' in sys.modules, 'dropin' in dir(e))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_auto_without_a_cached_winner_measures_on_the_first_forward(tmp_path: Path) -> None:
+    from recperf.embed.kernels.base import kernel_traits
+
+    bags = _bags(seed=9)
+    inputs = _inputs(bags, batch=4, seed=3, weighted=True)
+    cfg = DropInConfig(cache=tmp_path / "tune.json")
+    module = EmbeddingBags.from_torch(bags, kernel="auto", config=cfg)
+    assert all(c.source == "fallback" and "first forward" in c.note for c in module.choices)
+    _check_bags(module, bags, inputs)  # the first call times, then pools with the winner
+    for c in module.choices:
+        assert c.source == "measured" and "ms per batch" in c.note
+        assert not kernel_traits(c.kernel).hot_rows  # none given: no remapping kernel timed
+    _check_bags(module, bags, inputs)
+    later = EmbeddingBags.from_torch(bags, kernel="auto", config=cfg)
+    assert [(c.kernel, c.source) for c in later.choices] == [
+        (c.kernel, "autotune cache") for c in module.choices
+    ]
+    still = EmbeddingBags.from_torch(
+        bags, kernel="auto", config=DropInConfig(cache=tmp_path / "other.json", measure=False)
+    )
+    _check_bags(still, bags, inputs)
+    assert all(c.kernel == "torch" and c.source == "fallback" for c in still.choices)

@@ -218,4 +218,4 @@ def compile_cmd(
         raise typer.Exit(1)
 
 
-from recperf.cli import embed_predict  # noqa: E402, F401  (registers `recperf embed predict`)
+from recperf.cli import embed_predict, embed_quantize  # noqa: E402, F401  (register the commands)

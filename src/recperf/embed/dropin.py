@@ -1,28 +1,34 @@
 """``EmbeddingBags``: a drop-in ``nn.Module`` for a list of ``torch.nn.EmbeddingBag`` or a TorchRec
-``EmbeddingBagCollection`` that pools with a recperf embedding kernel, chosen by name or as the
-autotuner's cached winner: same weights, same inputs, same outputs (inference only)."""
+``EmbeddingBagCollection`` (float or quantized) that pools with a recperf embedding kernel, chosen
+by name or as the autotuner's cached winner: same weights, same inputs, same outputs (inference
+only); ``quantize`` makes one over the tables in another row format, with the error it costs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from recperf.core.config import check_range
-from recperf.core.errors import ConfigError
+from recperf.core.errors import ConfigError, RecperfError
+from recperf.embed.dropin_config import (
+    NO_HOT,
+    TRAIN_REFUSED,
+    DropInConfig,
+    check_devices,
+    check_kernel_inputs,
+    hot_from_sample,
+)
 from recperf.embed.dropin_inputs import (
     Part,
     Slot,
-    TableSpec,
+    Source,
     check_bag,
+    check_rows,
     check_values,
-    describe_ebc,
-    keyed_tensor,
-    kjt_inputs,
     labels,
     per_slot,
     to_lookup,
@@ -31,116 +37,102 @@ from recperf.embed.dropin_inputs import (
 )
 from recperf.embed.kernel_choice import (
     AUTO,
-    AUTOTUNE_CACHE,
+    REFERENCE,
     KernelChoice,
     build,
     build_choice,
     cached_winner,
     check_hot_rows,
-    hot_rows_from_trace,
     takes_hot_rows,
 )
-from recperf.embed.kernels.base import EmbeddingKernel, Lookup, Pooling, Tables, kernels_for
+from recperf.embed.kernels.base import (
+    EmbeddingKernel,
+    Lookup,
+    Pooling,
+    Tables,
+    check_reads,
+    kernels_for,
+)
+from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, dim_of, format_of
 from recperf.embed.traces import Trace
 
+if TYPE_CHECKING:
+    from recperf.embed.quantize import QuantizationReport
 
-@dataclass(kw_only=True, slots=True, frozen=True)
-class DropInConfig:
-    """How an ``EmbeddingBags`` picks and feeds its kernels."""
 
-    kernel: str = "torch"
-    """A registered kernel (``torch``, ``torch-hot``, ``triton`` ...), ``package.module:attr``,
-    or ``auto``: the autotuner's cached winner for this device and these tables."""
-    hot_fraction: float = 0.1
-    """Share of each table's rows taken as hot from a ``sample`` trace, in (0, 1]."""
-    cache: Path | None = AUTOTUNE_CACHE
-    """The autotune cache ``auto`` reads and ``tune`` writes (None: none)."""
-    batch_size: int | None = None
-    """For ``auto``: prefer winners tuned at the batch size nearest this (None: the fewest ms
-    per id)."""
-    trace: str | None = None
-    """For ``auto``: only winners tuned on this trace (None: any)."""
-    check_inputs: bool = True
-    """Check offsets and ids against the tables on every call (on a GPU: host syncs)."""
+__all__ = ["DropInConfig", "EmbeddingBags"]
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.kernel, str) or not self.kernel:
-            raise ConfigError(f"kernel: expected a kernel name or 'auto', got {self.kernel!r}")
-        check_range("hot_fraction", self.hot_fraction, 0.0, 1.0, lo_open=True)
-        if self.batch_size is not None:
-            check_range("batch_size", self.batch_size, 1, None)
+MEASURE_REPS = 5
+"""Timed rounds per kernel when ``auto`` measures on the first forward."""
 
 
 @dataclass(slots=True)
 class _Group:
-    """Slots whose tables one batched ``Tables`` can hold (same width, dtype and pooling)."""
+    """Slots whose tables one batched ``Tables`` can hold (same width, row format, pooling)."""
 
     slots: tuple[int, ...]
     tables: Tables
     hot_rows: tuple[torch.Tensor, ...] | None
     choice: KernelChoice
     kernel: EmbeddingKernel
+    pending: bool = False
+    """``auto`` found no cached winner: the kernels are timed on the first forward's input."""
 
 
 class EmbeddingBags(nn.Module):
     """Pools like the modules it was built from (``from_torch``, ``from_torchrec``), with one
-    recperf kernel per group of tables of the same width, dtype and pooling.
+    recperf kernel per group of tables of the same width, row format and pooling.
 
-    Weights are shared, not copied: the module holds the originals' weight tensors (detached)
+    Weights are shared, not copied: the module holds the originals' weight tensors (detached;
+    a quantized TorchRec collection's rows, scales and biases as views into its FBGEMM buffers)
     and each kernel builds its own layout from them once, which copies them for the kernels that
-    reorder or combine rows (``torch-hot``, the Triton ones) and, for float16, the reference.
-    After changing the originals in place, call ``rebuild()`` (``.to()``, ``.half()`` ... rebuild
+    reorder or combine rows or read float32 (``torch``, ``torch-hot``, the Triton ones). After
+    changing the originals in place, call ``rebuild()`` (``.to()``, ``.half()`` ... rebuild
     too). Where a kernel remaps ids to hot rows, the remap is inside it: callers pass the
-    original ids."""
+    original ids. The module starts in eval mode; a forward in train mode with gradients on is
+    refused (its outputs carry no gradient)."""
 
     def __init__(
         self,
-        weights: Sequence[torch.Tensor],
-        tables: Sequence[TableSpec],
-        slots: Sequence[Slot],
+        source: Source,
         *,
         config: DropInConfig,
         options: Mapping[str, Any] | None = None,
         hot_rows: Sequence[torch.Tensor] | None = None,
         sample: Trace | None = None,
-        torchrec: bool = False,
-        weighted: bool = False,
     ) -> None:
         """Built by ``from_torch`` / ``from_torchrec`` (the tables and slots they describe)."""
         super().__init__()
-        if not weights:
+        if not source.weights:
             raise ConfigError("tables: expected at least one embedding table")
-        if config.kernel == AUTO and options:
-            raise ConfigError("options: 'auto' takes its options from the autotune cache")
-        if hot_rows is not None and sample is not None:
-            raise ConfigError("hot_rows, sample: give the hot rows or a trace to count, not both")
-        given = (hot_rows is not None or sample is not None) and config.kernel != AUTO
-        if given and not takes_hot_rows(config.kernel):
-            raise ConfigError(
-                f"hot_rows: kernel {config.kernel!r} does not remap hot rows "
-                "(torch-hot, hot-l2 and combined do)"
-            )
-        devices = {w.device for w in weights}
-        if len(devices) > 1:
-            raise ConfigError(f"tables: all on one device, got {', '.join(map(str, devices))}")
+        check_kernel_inputs(config, options, hot_rows, sample)
+        check_devices(source)
+        for t, spec in enumerate(source.tables):
+            check_rows(spec.label, source.weights[t], spec.fmt, source.scale_bias_of(t))
         self.config = config
         self.options = dict(options or {})
-        self.torchrec = torchrec
-        self.weighted = weighted
+        self.torchrec = source.torchrec
+        self.weighted = source.weighted
         """Built from a weighted EmbeddingBagCollection: the features' weights are read."""
-        self._tables = tuple(tables)
-        self._slots = tuple(slots)
-        for t, w in enumerate(weights):
+        self.quantization: QuantizationReport | None = None
+        """What ``quantize`` measured, on the module it made (None on others)."""
+        self._source = source
+        self._tables = source.tables
+        self._slots = source.slots
+        for t, w in enumerate(source.weights):
             self.register_buffer(f"weight{t}", w.detach(), persistent=False)
-        rows = [int(w.shape[0]) for w in weights]
+            self.register_buffer(f"scale_bias{t}", source.scale_bias_of(t), persistent=False)
+        rows = [int(w.shape[0]) for w in source.weights]
         self._hot: tuple[torch.Tensor, ...] | None = None
         if hot_rows is not None:
             self._hot = check_hot_rows(hot_rows, rows)
         elif sample is not None:
-            self._hot = hot_rows_from_trace(sample, rows, config.hot_fraction)
+            names = [spec.label for spec in source.tables]
+            self._hot = hot_from_sample(sample, rows, names, config.hot_fraction)
         self._tuned: dict[tuple[int, str], KernelChoice] = {}
         self._groups: list[_Group] = []
         self._build()
+        self.eval()
 
     @classmethod
     def from_torch(
@@ -153,22 +145,24 @@ class EmbeddingBags(nn.Module):
         sample: Trace | None = None,
         config: DropInConfig | None = None,
     ) -> EmbeddingBags:
-        """From a list (or ``nn.ModuleList``) of bags: ``forward(indices, offsets,
-        per_sample_weights)`` then takes one tensor per bag in each list and returns one pooled
-        tensor per bag. ``options`` are the kernel's; ``hot_rows`` (one tensor of row ids per
-        bag, hottest first) or a ``sample`` trace (one id stream per bag) feed the kernels that
-        remap hot rows; ``config``'s kernel is replaced by ``kernel``."""
+        """From a list (or ``nn.ModuleList``) of bags (float32, float16 or bfloat16):
+        ``forward(indices, offsets, per_sample_weights)`` then takes one tensor per bag in each
+        list and returns one pooled tensor per bag. ``options`` are the kernel's; ``hot_rows``
+        (one tensor of row ids per bag, hottest first) or a ``sample`` trace (one id stream per
+        bag, each with its bag's row count) feed the kernels that remap hot rows; ``config``'s
+        kernel is replaced by ``kernel``."""
         if not isinstance(bags, nn.ModuleList | list | tuple):
             raise ConfigError(
                 f"bags: expected a list of torch.nn.EmbeddingBag, got {type(bags).__name__}"
             )
-        tables = [check_bag(b, f"bags[{i}]") for i, b in enumerate(bags)]
-        slots = [Slot(f"bags[{i}]", f"bags[{i}]", i) for i in range(len(tables))]
-        cfg = _with_kernel(config, kernel)
-        weights = [cast(nn.EmbeddingBag, b).weight for b in bags]
-        return cls(
-            weights, tables, slots, config=cfg, options=options, hot_rows=hot_rows, sample=sample
+        tables = tuple(check_bag(b, f"bags[{i}]") for i, b in enumerate(bags))
+        source = Source(
+            weights=tuple(cast(nn.EmbeddingBag, b).weight for b in bags),
+            tables=tables,
+            slots=tuple(Slot(f"bags[{i}]", f"bags[{i}]", i) for i in range(len(tables))),
         )
+        cfg = _with_kernel(config, kernel)
+        return cls(source, config=cfg, options=options, hot_rows=hot_rows, sample=sample)
 
     @classmethod
     def from_torchrec(
@@ -181,63 +175,102 @@ class EmbeddingBags(nn.Module):
         sample: Trace | None = None,
         config: DropInConfig | None = None,
     ) -> EmbeddingBags:
-        """From a TorchRec ``EmbeddingBagCollection``: ``forward(features)`` then takes a
-        ``KeyedJaggedTensor`` and returns a ``KeyedTensor`` with the EBC's keys, in its order.
-        ``hot_rows`` are per table (a sequence in the EBC's table order, or by table name); a
+        """From a TorchRec ``EmbeddingBagCollection`` or a quantized one
+        (``torchrec.quant.EmbeddingBagCollection``: fp32, fp16, int8 and int4 tables, read in
+        place): ``forward(features)`` then takes a ``KeyedJaggedTensor`` and returns a
+        ``KeyedTensor`` with the collection's keys, in its order and output dtype. ``hot_rows``
+        are per table (a sequence in the collection's output order, or by table name); a
         ``sample`` trace has one id stream per table, in that order."""
-        weights, tables, slots, names = describe_ebc(ebc)
+        from recperf.embed.dropin_torchrec import describe_ebc
+
+        source = describe_ebc(ebc)
         if isinstance(hot_rows, Mapping):
-            unknown = sorted(set(hot_rows) - set(names))
+            unknown = sorted(set(hot_rows) - set(source.names))
             if unknown:
-                raise ConfigError(f"hot_rows: no table {unknown[0]!r} (tables: {', '.join(names)})")
+                have = ", ".join(source.names)
+                raise ConfigError(f"hot_rows: no table {unknown[0]!r} (tables: {have})")
             hot_rows = [
-                torch.as_tensor(hot_rows.get(n, torch.empty(0, dtype=torch.int64))) for n in names
+                torch.as_tensor(hot_rows.get(n, torch.empty(0, dtype=torch.int64)))
+                for n in source.names
             ]
-        return cls(
-            weights,
-            tables,
-            slots,
-            config=_with_kernel(config, kernel),
-            options=options,
-            hot_rows=hot_rows,
-            sample=sample,
-            torchrec=True,
-            weighted=bool(ebc.is_weighted()),  # type: ignore[operator]
-        )
+        cfg = _with_kernel(config, kernel)
+        return cls(source, config=cfg, options=options, hot_rows=hot_rows, sample=sample)
 
     # -- building ---------------------------------------------------------------------------
 
     def _weights(self) -> list[torch.Tensor]:
         return [getattr(self, f"weight{t}") for t in range(len(self._tables))]
 
+    def _scale_bias(self) -> list[torch.Tensor | None]:
+        return [getattr(self, f"scale_bias{t}") for t in range(len(self._tables))]
+
+    def _fmt(self, t: int, weight: torch.Tensor) -> str:
+        fmt = self._tables[t].fmt or format_of(weight.dtype)
+        if fmt is None:
+            raise ConfigError(f"{self._tables[t].label} weight: {weight.dtype} is not a row format")
+        return fmt
+
     def _build(self) -> None:
-        """One kernel per group of slots with the same width, dtype and pooling."""
-        weights = self._weights()
-        by_kind: dict[tuple[int, torch.dtype, Pooling], list[int]] = {}
+        """One kernel per group of slots with the same width, row format and pooling."""
+        weights, sbs = self._weights(), self._scale_bias()
+        by_kind: dict[tuple[int, str, Pooling], list[int]] = {}
         for s, slot in enumerate(self._slots):
-            w = weights[slot.table]
-            by_kind.setdefault(
-                (int(w.shape[1]), w.dtype, self._tables[slot.table].pooling), []
-            ).append(s)
+            w, fmt = weights[slot.table], self._fmt(slot.table, weights[slot.table])
+            key = (dim_of(fmt, int(w.shape[1])), fmt, self._tables[slot.table].pooling)
+            by_kind.setdefault(key, []).append(s)
         self._groups = []
-        for g, ((_, _, pooling), members) in enumerate(by_kind.items()):
+        for g, ((_, fmt, pooling), members) in enumerate(by_kind.items()):
             table_of = [self._slots[s].table for s in members]
-            tables = Tables(weights=tuple(weights[t] for t in table_of), pooling=pooling)
+            tables = Tables(
+                weights=tuple(weights[t] for t in table_of),
+                pooling=pooling,
+                fmt=fmt,
+                scale_bias=tuple(cast(torch.Tensor, sbs[t]) for t in table_of)
+                if fmt in INTEGER_FORMATS
+                else None,
+            )
             hot = None if self._hot is None else tuple(self._hot[t] for t in table_of)
-            # A winner tuned here holds for this device and dtype only (not after .to()).
-            choice = self._tuned.get((g, _where(tables))) or self._named(tables)
+            # A winner tuned here holds for this device and row format only (not after .to()).
+            choice = self._tuned.get((g, _where(tables))) or self._named(tables, hot)
+            if choice.source in ("named", "tuned"):
+                try:
+                    check_reads(choice.kernel, tables)
+                except ConfigError as exc:  # name the tables whose rows it cannot read
+                    raise ConfigError(f"{self._labels(members)}: {exc}") from None
+            pending = choice.source == "fallback" and self.config.kernel == AUTO
+            if pending and self.config.measure:
+                note = f"{choice.note}; the kernels are timed on the first forward's input"
+                choice = replace(choice, note=note)
             choice, kernel = build_choice(choice, tables, hot)
-            self._groups.append(_Group(tuple(members), tables, hot, choice, kernel))
+            measure = pending and self.config.measure
+            self._groups.append(_Group(tuple(members), tables, hot, choice, kernel, measure))
+
+    def _labels(self, slots: Sequence[int]) -> str:
+        return ", ".join(dict.fromkeys(self._tables[self._slots[s].table].label for s in slots))
 
     def rebuild(self) -> None:
         """Re-make every kernel's layout from the weights (after they were changed in place)."""
         self._build()
 
-    def _named(self, tables: Tables) -> KernelChoice:
+    def _named(self, tables: Tables, hot: tuple[torch.Tensor, ...] | None) -> KernelChoice:
         cfg = self.config
         if cfg.kernel != AUTO:
             return KernelChoice(kernel=cfg.kernel, params=self.options)
-        return cached_winner(tables, cache=cfg.cache, batch_size=cfg.batch_size, trace=cfg.trace)
+        choice = cached_winner(tables, cache=cfg.cache, batch_size=cfg.batch_size, trace=cfg.trace)
+        if hot is None and not cfg.count_hot_rows and self._remaps(choice.kernel):
+            why = (
+                f"cached winner {choice.kernel!r} remaps hot rows and none were given "
+                "(hot_rows, a sample, or count_hot_rows)"
+            )
+            return KernelChoice(kernel=REFERENCE, source="fallback", note=why)
+        return choice
+
+    @staticmethod
+    def _remaps(kernel: str) -> bool:
+        try:
+            return takes_hot_rows(kernel)
+        except RecperfError:  # not registered here: build_choice says so
+            return False
 
     def _apply(
         self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
@@ -253,12 +286,14 @@ class EmbeddingBags(nn.Module):
         return tuple(g.choice for g in self._groups)
 
     def describe(self) -> list[dict[str, Any]]:
-        """Per group: its inputs, width, dtype, pooling, kernel, options, source and note."""
+        """Per group: its inputs, width, dtype, row format, pooling, kernel, options, source and
+        note."""
         return [
             {
                 "inputs": [self._slots[s].feature for s in g.slots],
                 "dim": g.tables.dim,
                 "dtype": str(g.tables.dtype).removeprefix("torch."),
+                "row_format": g.tables.row_format,
                 "pooling": g.tables.pooling,
                 "kernel": g.choice.kernel,
                 "params": dict(g.choice.params),
@@ -270,7 +305,8 @@ class EmbeddingBags(nn.Module):
 
     def extra_repr(self) -> str:
         kinds = ", ".join(
-            f"{len(g.slots)} x {g.tables.dim} {g.choice.kernel}" for g in self._groups
+            f"{len(g.slots)} x {g.tables.dim} {g.tables.row_format} {g.choice.kernel}"
+            for g in self._groups
         )
         return f"tables={len(self._tables)}, groups=[{kinds}]"
 
@@ -285,12 +321,17 @@ class EmbeddingBags(nn.Module):
         """Built from bags: ``indices`` (and ``offsets``, ``per_sample_weights`` when given) hold
         one tensor per bag, as each bag takes them; returns one pooled tensor per bag. Built
         from TorchRec: ``indices`` is the ``KeyedJaggedTensor``; returns a ``KeyedTensor``."""
+        if self.training and torch.is_grad_enabled():
+            raise ConfigError(TRAIN_REFUSED)
         with torch.no_grad():
             parts, batch = self._parts(indices, offsets, per_sample_weights)
-            pooled = self._pool(self._lookups(parts, batch))
+            lookups = self._lookups(parts, batch)
+            if lookups and any(g.pending for g in self._groups):
+                self._measure(lookups)
+            pooled = self._pool(lookups)
         if self.torchrec:
             return self._keyed(pooled, batch)
-        return [p.contiguous() for p in self._per_slot(pooled, dtype=True)]
+        return [p.contiguous() for p in self._per_slot(pooled, cast_out=True)]
 
     def _parts(
         self,
@@ -299,6 +340,8 @@ class EmbeddingBags(nn.Module):
         per_sample_weights: Sequence[torch.Tensor | None] | None,
     ) -> tuple[list[Part], int]:
         if self.torchrec:
+            from recperf.embed.dropin_torchrec import kjt_inputs
+
             if offsets is not None or per_sample_weights is not None:
                 raise ConfigError(
                     "offsets: built from TorchRec, forward takes one KeyedJaggedTensor"
@@ -329,12 +372,12 @@ class EmbeddingBags(nn.Module):
         return parts, batches[0]
 
     def _lookups(self, parts: list[Part], batch: int) -> list[Lookup]:
-        """Per group its ``Lookup``; with ``config.check_inputs`` every value checked first (one
-        host sync for them all; on a failure, the input at fault named)."""
+        """Per group its ``Lookup``; with ``config.debug`` every value checked first (one host
+        sync for them all; on a failure, the input at fault named)."""
         if not batch:
             return []
         lookups = [to_lookup([parts[s] for s in g.slots], batch) for g in self._groups]
-        if not self.config.check_inputs:
+        if not self.config.debug:
             return lookups
         weights = self._weights()
         rows = [int(weights[s.table].shape[0]) for s in self._slots]
@@ -345,6 +388,26 @@ class EmbeddingBags(nn.Module):
             raise RuntimeError("inputs: values_ok refused what check_values accepts (a bug)")
         return lookups
 
+    def _measure(self, lookups: list[Lookup]) -> None:
+        """``auto`` without a cached winner: each pending group's kernels timed on its lookup
+        (``measured_choice``, which caches the winner), the winner built to run from now on."""
+        from recperf.embed.kernel_choice import measured_choice
+
+        for g, (group, lookup) in enumerate(zip(self._groups, lookups, strict=True)):
+            if not group.pending:
+                continue
+            choice = measured_choice(
+                group.tables,
+                [lookup],
+                group.hot_rows,
+                cache=self.config.cache,
+                trace=self.config.trace or "dropin",
+                reps=MEASURE_REPS,
+            )
+            group.choice, group.kernel = build_choice(choice, group.tables, group.hot_rows)
+            group.pending = False
+            self._tuned[(g, _where(group.tables))] = group.choice
+
     def _pool(self, lookups: list[Lookup]) -> list[torch.Tensor]:
         """Per group, its slots pooled: ``[B, T_group, D]`` float32 (no lookups: no bags)."""
         if not lookups:
@@ -354,22 +417,33 @@ class EmbeddingBags(nn.Module):
             ]
         return [g.kernel(lk) for g, lk in zip(self._groups, lookups, strict=True)]
 
-    def _per_slot(self, pooled: list[torch.Tensor], dtype: bool) -> list[torch.Tensor]:
-        """Each slot's ``[B, D]`` (views; in the weights' dtype with ``dtype``)."""
+    def _out_dtype(self, s: int, group: _Group) -> torch.dtype:
+        return self._tables[self._slots[s].table].out_dtype or group.tables.out_dtype
+
+    def _per_slot(self, pooled: list[torch.Tensor], cast_out: bool) -> list[torch.Tensor]:
+        """Each slot's ``[B, D]`` (views; in its output dtype with ``cast_out``)."""
         out: list[torch.Tensor] = [pooled[0]] * len(self._slots)
         for g, p in zip(self._groups, pooled, strict=True):
             for j, s in enumerate(g.slots):
-                out[s] = p[:, j].to(g.tables.dtype) if dtype else p[:, j]
+                out[s] = p[:, j].to(self._out_dtype(s, g)) if cast_out else p[:, j]
         return out
 
     def _keyed(self, pooled: list[torch.Tensor], batch: int) -> Any:
-        """A KeyedTensor as the EmbeddingBagCollection returns it (float32, its key order)."""
-        dims = [int(self._weights()[s.table].shape[1]) for s in self._slots]
+        """A KeyedTensor as the collection returns it (its key order and output dtype)."""
+        from recperf.embed.dropin_torchrec import keyed_tensor
+
+        dims = [0] * len(self._slots)
+        for g in self._groups:
+            for s in g.slots:
+                dims[s] = g.tables.dim
         if len(self._groups) == 1 and self._groups[0].slots == tuple(range(len(self._slots))):
             values = pooled[0].reshape(batch, sum(dims))  # already in key order: no copy
         else:
-            values = torch.cat(self._per_slot(pooled, dtype=False), dim=1)
-        return keyed_tensor([s.name for s in self._slots], dims, values)
+            values = torch.cat(self._per_slot(pooled, cast_out=False), dim=1)
+        dtype = self._out_dtype(0, next(g for g in self._groups if 0 in g.slots))
+        return keyed_tensor([s.name for s in self._slots], dims, values.to(dtype))
+
+    # -- tuning and quantizing ----------------------------------------------------------------
 
     def tune(
         self,
@@ -382,7 +456,7 @@ class EmbeddingBags(nn.Module):
         trace: str = "dropin",
     ) -> tuple[KernelChoice, ...]:
         """Time ``variants`` (default: every kernel that reads the rows and runs natively on the
-        device, ``kernels_for``) on this
+        device, ``kernels_for``, less those that remap hot rows when there are none) on this
         example input (what ``forward`` takes), cache the winners (``config.cache``, under
         ``trace``) and run them from now on; ``kernel="auto"`` finds them later."""
         from recperf.embed.autotune import autotune
@@ -393,7 +467,8 @@ class EmbeddingBags(nn.Module):
             raise ConfigError("tune: the example input has no bags")
         lookups = self._lookups(parts, batch)
         for g, group in enumerate(self._groups):
-            names = list(variants or self._default_variants(group.tables))
+            names = list(variants or self._default_variants(group))
+            self._check_variants(names, group)
             extra = {
                 v: {"hot_rows": group.hot_rows}
                 for v in names
@@ -419,16 +494,79 @@ class EmbeddingBags(nn.Module):
             group.choice, group.kernel = choice, build(choice, group.tables, group.hot_rows)
         return self.choices
 
-    @staticmethod
-    def _default_variants(tables: Tables) -> list[str]:
-        return kernels_for(tables.row_format, tables.device.type)
+    def _hot_ok(self, group: _Group) -> bool:
+        return group.hot_rows is not None or self.config.count_hot_rows
+
+    def _default_variants(self, group: _Group) -> list[str]:
+        names = kernels_for(group.tables.row_format, group.tables.device.type)
+        return [n for n in names if self._hot_ok(group) or not takes_hot_rows(n)]
+
+    def _check_variants(self, names: Sequence[str], group: _Group) -> None:
+        for name in names:
+            try:
+                check_reads(name, group.tables)
+            except ConfigError as exc:
+                raise ConfigError(f"variants: {self._labels(group.slots)}: {exc}") from None
+            if not self._hot_ok(group) and takes_hot_rows(name):
+                raise ConfigError(f"variants: {NO_HOT.format(name=name)}")
+
+    def quantize(
+        self,
+        dtype: str,
+        *,
+        kernel: str | None = None,
+        trace: str | Trace | None = None,
+        bags: int | None = None,
+        pooling_factor: int | Sequence[int] | None = None,
+        seed: int = 0,
+    ) -> EmbeddingBags:
+        """A new module over this one's float tables in row format ``dtype`` (``fp16``,
+        ``bf16``, ``fp8``, ``int8`` or ``int4``: ``formats.quantize``), returning what this one
+        returns (outputs in the original dtype), with the same slots, hot rows and kernel
+        (or ``kernel``). Its ``quantization`` is the error report: per table the relative error
+        of pooled outputs against these float rows on ``trace`` (default the bundled one;
+        ``bags`` bags of ``pooling_factor`` ids). All or nothing: a table that cannot be
+        converted is one ConfigError naming it and the field; this module is never changed."""
+        from recperf.embed import quantize as q
+
+        weights = self._weights()
+        for t, w in enumerate(weights):
+            if (fmt := self._fmt(t, w)) not in FLOAT_DTYPES:
+                label = self._tables[t].label
+                raise ConfigError(f"{label}: already {fmt} rows; quantize converts float tables")
+        quantized, report = q.quantize_with_report(
+            weights,
+            dtype,
+            [spec.label for spec in self._tables],
+            trace=q.DEFAULT_TRACE if trace is None else trace,
+            bags=q.DEFAULT_BAGS if bags is None else bags,
+            pooling_factor=q.DEFAULT_POOLING_FACTOR if pooling_factor is None else pooling_factor,
+            seed=seed,
+        )
+        tables = tuple(
+            replace(
+                spec,
+                fmt=None if table.fmt in FLOAT_DTYPES else table.fmt,
+                out_dtype=spec.out_dtype or w.dtype,
+            )
+            for spec, table, w in zip(self._tables, quantized, weights, strict=True)
+        )
+        source = replace(
+            self._source,
+            weights=tuple(table.weight for table in quantized),
+            tables=tables,
+            scale_bias=tuple(table.scale_bias for table in quantized),
+        )
+        config = self.config if kernel is None else replace(self.config, kernel=kernel)
+        options = self.options if kernel is None else None
+        out = EmbeddingBags(source, config=config, options=options, hot_rows=self._hot)
+        out.quantization = report
+        return out
 
 
 def _where(tables: Tables) -> str:
-    return f"{tables.device}|{tables.dtype}"
+    return f"{tables.device}|{tables.row_format}"
 
 
 def _with_kernel(config: DropInConfig | None, kernel: str) -> DropInConfig:
-    from dataclasses import replace
-
     return DropInConfig(kernel=kernel) if config is None else replace(config, kernel=kernel)

@@ -1,19 +1,21 @@
-"""What a drop-in ``EmbeddingBags`` takes in and gives back: the checks that a torch or TorchRec
-module pools as a recperf kernel can, and each input (as ``torch.nn.EmbeddingBag`` or a TorchRec
-``KeyedJaggedTensor`` carries it) turned into the TBE layout of one ``Lookup``, checked as the
-original module checks it."""
+"""What a drop-in ``EmbeddingBags`` takes in and gives back: the checks that a torch module pools
+as a recperf kernel can and that a table's rows are what their row format says (naming the
+table), and each input (as ``torch.nn.EmbeddingBag`` or a TorchRec ``KeyedJaggedTensor`` carries
+it) turned into the TBE layout of one ``Lookup``, checked as the original module checks it."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from recperf.core.errors import ConfigError
-from recperf.embed.kernels.base import DTYPES, Lookup, Pooling
+from recperf.embed.kernels.base import DTYPES, Lookup, Pooling, Tables
+from recperf.embed.kernels.formats import INTEGER_FORMATS
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +28,39 @@ class TableSpec:
     """sum or mean."""
     include_last_offset: bool
     """Whether its offsets carry the end of the last bag (B + 1 of them), as the bag's flag."""
+    fmt: str | None = None
+    """Its row format when the weights are codes (fp8, int8, int4: ``uint8``); None: float rows,
+    whose format is the weights' dtype (and follows ``.half()``)."""
+    out_dtype: torch.dtype | None = None
+    """The dtype its pooled output is returned in; None: the weights' own (as
+    ``nn.EmbeddingBag``)."""
+    weighted_mean: bool = False
+    """Takes per-sample weights with mean pooling (FBGEMM's TBE does: the weighted sum over the
+    bag's length); ``nn.EmbeddingBag`` takes them with sum only."""
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """What a drop-in module is built over: the tables' rows and the inputs pooled from them."""
+
+    weights: tuple[torch.Tensor, ...]
+    """Per table its weights (float rows, or the codes of fp8/int8/int4 ones), shared."""
+    tables: tuple[TableSpec, ...]
+    """Per table what the module needs besides its weights."""
+    slots: tuple[Slot, ...]
+    """The inputs, in output order."""
+    scale_bias: tuple[torch.Tensor | None, ...] = field(default=())
+    """Per table its ``uint8 [rows, 4]`` scale and bias (int8/int4 rows), else None; () for
+    none at all."""
+    torchrec: bool = False
+    """Built from a TorchRec collection: takes a KeyedJaggedTensor, returns a KeyedTensor."""
+    weighted: bool = False
+    """A weighted TorchRec collection: the features' weights are read."""
+    names: tuple[str, ...] = ()
+    """TorchRec: the tables' names (``hot_rows`` may be given by name)."""
+
+    def scale_bias_of(self, t: int) -> torch.Tensor | None:
+        return self.scale_bias[t] if self.scale_bias else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +102,33 @@ def check_bag(bag: object, label: str) -> TableSpec:
         )
     pooling: Pooling = "sum" if bag.mode == "sum" else "mean"
     return TableSpec(label, pooling, bool(bag.include_last_offset))
+
+
+_FIELD = re.compile(r"^(weights|scale_bias|fmt|dim|weight)(\[\d+\])?: ")
+
+
+def relabel(label: str, exc: Exception) -> ConfigError:
+    """``exc`` (a one-table ``Tables`` or ``formats`` error naming a field) as one line naming
+    the table by ``label`` and the field: ``table 't1' scale_bias: row 3 has a NaN ...``."""
+    msg = str(exc)
+    m = _FIELD.match(msg)
+    if m is None:
+        return ConfigError(f"{label}: {msg}")
+    name = "weight" if m.group(1) == "weights" else m.group(1)
+    return ConfigError(f"{label} {name}: {msg[m.end() :]}")
+
+
+def check_rows(
+    label: str, weight: torch.Tensor, fmt: str | None, scale_bias: torch.Tensor | None
+) -> None:
+    """One ConfigError naming table ``label`` and the field unless ``weight`` (and
+    ``scale_bias``) are rows of format ``fmt`` (None: the weight's float dtype): shapes, dtypes,
+    devices, and finite scales and biases (``Tables``' checks, once at build)."""
+    sb = (scale_bias,) if scale_bias is not None or fmt in INTEGER_FORMATS else None
+    try:
+        Tables(weights=(weight,), fmt=fmt, scale_bias=sb)  # type: ignore[arg-type]
+    except ConfigError as exc:
+        raise relabel(label, exc) from None
 
 
 def per_slot(values: Any, n: int, what: str) -> list[Any]:
@@ -143,7 +205,7 @@ def to_part(
         psw = _check_tensor(psw, psw_name, (), dev)
         if not psw.is_floating_point() or psw.shape != ids.shape:
             raise ConfigError(f"{psw_name}: expected floats shaped as indices {tuple(ids.shape)}")
-        if table.pooling != "sum":
+        if table.pooling != "sum" and not table.weighted_mean:
             raise ConfigError(
                 f"{psw_name}: {table.label} pools by {table.pooling}; "
                 "torch.nn.EmbeddingBag takes them only with mode='sum'"
@@ -214,75 +276,3 @@ def to_lookup(parts: Sequence[Part], batch: int) -> Lookup:
         batch_size=batch,
         per_sample_weights=weights,
     )
-
-
-# -- TorchRec (imported only when asked for) ------------------------------------------------
-
-
-def describe_ebc(ebc: Any) -> tuple[list[torch.Tensor], list[TableSpec], list[Slot], list[str]]:
-    """An EmbeddingBagCollection's weights, tables, inputs (features, in its output order) and
-    table names; one ConfigError for what the kernels cannot pool as it does."""
-    from torchrec import EmbeddingBagCollection  # type: ignore[import-untyped, import-not-found, unused-ignore]
-    from torchrec.modules.embedding_modules import (  # type: ignore[import-untyped, import-not-found, unused-ignore]
-        EmbeddingCollection,
-        get_embedding_names_by_table,
-    )
-
-    if isinstance(ebc, EmbeddingCollection):
-        raise ConfigError(
-            "ebc: a TorchRec EmbeddingCollection returns sequence embeddings (unpooled rows); "
-            "only an EmbeddingBagCollection is supported"
-        )
-    if not isinstance(ebc, EmbeddingBagCollection):
-        raise ConfigError(
-            f"ebc: expected a TorchRec EmbeddingBagCollection, got {type(ebc).__name__}"
-        )
-    configs = ebc.embedding_bag_configs()
-    weights, tables, slots = [], [], []
-    for t, (cfg, names) in enumerate(
-        zip(configs, get_embedding_names_by_table(configs), strict=True)
-    ):
-        label = f"table {cfg.name!r}"
-        bag = ebc.embedding_bags[cfg.name]
-        tables.append(check_bag(bag, label))
-        weights.append(bag.weight)
-        slots += [
-            Slot(name, feature, t) for name, feature in zip(names, cfg.feature_names, strict=True)
-        ]
-    return weights, tables, slots, [cfg.name for cfg in configs]
-
-
-def kjt_inputs(
-    kjt: Any, slots: Sequence[Slot], weighted: bool
-) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor] | None]:
-    """Per slot the values, offsets and (for a weighted EBC) weights of its feature in ``kjt``."""
-    from torchrec import KeyedJaggedTensor  # type: ignore[import-untyped, import-not-found, unused-ignore]
-
-    if not isinstance(kjt, KeyedJaggedTensor):
-        raise ConfigError(
-            f"features: expected a TorchRec KeyedJaggedTensor, got {type(kjt).__name__}"
-        )
-    if kjt.variable_stride_per_key() or kjt.inverse_indices_or_none() is not None:
-        raise ConfigError("features: a batch size per feature (variable stride) is not supported")
-    missing = sorted({s.feature for s in slots} - set(kjt.keys()))
-    if missing:
-        raise ConfigError(
-            f"features: no key {missing[0]!r} (the collection reads "
-            f"{', '.join(dict.fromkeys(s.feature for s in slots))})"
-        )
-    if weighted and kjt.weights_or_none() is None:
-        raise ConfigError(
-            "features: the EmbeddingBagCollection is weighted; the KeyedJaggedTensor has no weights"
-        )
-    jagged = kjt.to_dict()
-    values = [jagged[s.feature].values() for s in slots]
-    offsets = [jagged[s.feature].offsets() for s in slots]
-    psw = [jagged[s.feature].weights() for s in slots] if weighted else None
-    return values, offsets, psw
-
-
-def keyed_tensor(keys: list[str], dims: list[int], values: torch.Tensor) -> Any:
-    """TorchRec's ``KeyedTensor`` over ``values`` ``[B, sum(dims)]``, ``dims[i]`` columns a key."""
-    from torchrec import KeyedTensor  # type: ignore[import-untyped, import-not-found, unused-ignore]
-
-    return KeyedTensor(keys=keys, length_per_key=dims, values=values, key_dim=1)
