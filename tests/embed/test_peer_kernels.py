@@ -67,8 +67,9 @@ def test_measured_choice_times_every_cpu_kernel_and_caches_the_winner(
     # every correct candidate is named with its time, the slow one after the winner
     assert "test-slow " in note and note.index("test-slow") > note.index(choice.kernel)
     again = measured_choice(tables, lookups, None, cache=cache, reps=3)
+    assert note.endswith("(each the fastest of 3 interleaved rounds)")
     assert (again.kernel, again.source) == (choice.kernel, "autotune cache")
-    assert again.note.startswith(note)
+    assert again.note.startswith(note.rsplit(" (each", 1)[0]) and str(cache) in again.note
 
 
 def test_hot_row_kernels_are_candidates_only_with_hot_rows(tmp_path: Path) -> None:

@@ -159,9 +159,10 @@ def measured_choice(
     """The fastest kernel for ``tables`` on their device, measured on ``lookups``: every kernel
     that reads their row format natively there (``kernels_for``: recperf's own and the
     installed peers), the ones that remap ids only when ``hot_rows`` are given, each checked
-    equal to the reference, then timed in turn (``autotune`` with ``interleave``), ``reps``
-    rounds. The winner is cached in ``cache`` per device, shapes and ``trace`` (a cached one is
-    returned untimed, ``source`` "autotune cache"); ``note`` says what won and by how much."""
+    equal to the reference, then timed in turn, ``reps`` rounds, each kernel's fastest round
+    counting (``autotune`` with ``interleave``). The winner is cached in ``cache`` per device,
+    shapes and ``trace`` (a cached one is returned untimed, ``source`` "autotune cache");
+    ``note`` says what won and by how much."""
     check_range("reps", reps, 1, None)
     if not lookups:
         raise ConfigError("lookups: measured_choice needs at least one batch to time")
@@ -186,6 +187,8 @@ def measured_choice(
     note = measured_note(result)
     if result.cached:
         note += f" (measured before, cached in {cache})"
+    else:
+        note += f" (each the fastest of {reps} interleaved rounds)"
     return KernelChoice(kernel=result.kernel, params=result.params, source=source, note=note)
 
 
