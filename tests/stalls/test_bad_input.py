@@ -220,9 +220,10 @@ def test_fit_refuses_network_samples_at_one_bandwidth(tmp_path: Path) -> None:
     summary = write(tmp_path / "p" / "summary.json",
                     json.dumps({**SUMMARY, "comm_samples": [SAMPLE, SAMPLE, *net]}))  # fmt: skip
     out = tmp_path / "m.json"
-    line = one_line_error(["fit", "--profiles", str(summary.parent), "--out", str(out)])
-    assert line.startswith(
-        "fit: every multi-node sample was measured at one bandwidth (500 Mbit/s); profiles at "
-        "two or more bandwidths are needed"
+    args = ["fit", "--profiles", str(summary.parent), "--hold", "alpha_s=1e-3", "--out", str(out)]
+    assert one_line_error(args) == (
+        "fit: net_efficiency and beta_net_s_per_byte cannot be told apart: every multi-node "
+        "sample was measured at one bandwidth (500 Mbit/s); profiles at two or more bandwidths "
+        "are needed (or hold one, e.g. --hold net_efficiency=1)"
     )
     assert not out.exists()

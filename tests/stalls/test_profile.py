@@ -94,7 +94,8 @@ def test_fit_predict_advise_on_the_profile(
 ) -> None:
     out, _ = tiny
     model = tmp_path / "model.json"
-    res = cli.invoke(app, ["stalls", "fit", "--profiles", str(out), "--out", str(model), "--json"])
+    fit_args = ["--profiles", str(out), "--hold", "alpha_s=25e-6", "--out", str(model), "--json"]
+    res = cli.invoke(app, ["stalls", "fit", *fit_args])  # one world size: the latency is held
     assert res.exit_code == 0, res.output
     assert json.loads(model.read_text())["samples"] == 6
     res = cli.invoke(
@@ -218,10 +219,11 @@ def test_emulated_nodes_add_a_network_stall(tmp_path: Path) -> None:
     # a second bandwidth lets fit separate the per-byte term from the bandwidth term; one does not
     net = [CommSample(**c) for c in s["comm_samples"] if c["nodes"] == 2]
     assert sorted({c.bandwidth_bytes_per_s for c in net}) == [50e6 / 8, 200e6 / 8]
-    fit([CommSample(**c) for c in s["comm_samples"]])
+    hold = {"alpha_s": 25e-6}  # every sample has 2 ranks: the ring-step latency is held
+    fit([CommSample(**c) for c in s["comm_samples"]], hold=hold)
     one = [CommSample(**c) for c in s["comm_samples"] if c["bandwidth_bytes_per_s"] != 200e6 / 8]
     with pytest.raises(ConfigError, match="one bandwidth"):
-        fit(one)
+        fit(one, hold=hold)
     # 2 ranks: each sends and receives grad_bytes over its 50 Mbit/s uplink per iteration
     wire_s = s["grad_bytes"] * FRAME_PER_PAYLOAD / (50e6 / 8)
     network = next(r for r in s["runs"] if r["name"] == "network")

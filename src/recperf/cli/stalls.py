@@ -21,8 +21,8 @@ app = typer.Typer(
 )
 EPOCH_SAMPLES = {"dlrm": 45_840_617, "mlp": 1_000_000, "convnet": 50_000}
 """Default samples per epoch: Criteo Kaggle's rows, a 1M-row table, CIFAR-10's training set."""
-PARETO_COLUMNS = ("instance", "count", "total_h", "cost_usd", "compute_s", "exposed_comm_s",
-                  "data_stall_s")  # fmt: skip
+PARETO_COLUMNS = ("instance", "count", "total_h", "total_low_h", "total_high_h", "verdict",
+                  "cost_usd", "compute_s", "exposed_comm_s", "data_stall_s")  # fmt: skip
 FIGURES = (
     "compute_s",
     "data_fetch_stall_s",
@@ -227,25 +227,40 @@ def _analyze_run(settings: Settings, run: Path) -> None:
 def fit_cmd(
     settings: Settings,
     profiles: list[Path] = typer.Option(..., help="Profile directories (repeatable)."),
+    hold: list[str] = typer.Option(
+        [],
+        help="TERM=VALUE: hold a model term at a value instead of fitting it (repeatable), "
+        "e.g. alpha_s=25e-6 when every sample has one world size.",
+    ),
 ) -> None:
-    """Fit the alpha-beta all-reduce model to the profiles' all-reduce measurements."""
-    from recperf.stalls.commmodel import fit, samples_from
+    """Fit the alpha-beta all-reduce model to the profiles' all-reduce measurements.
 
+    Refused, naming the terms and what is missing, when the samples cannot tell two measured
+    terms apart (e.g. every multi-node sample at one bandwidth); terms no sample exercises are
+    left out and named."""
+    from recperf.stalls.commmodel import describe, fit, samples_from
+
+    held = {}
+    for pair in hold:
+        term, sep, value = pair.partition("=")
+        try:
+            held[term.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise ConfigError(f"--hold {pair}: expected TERM=VALUE, e.g. alpha_s=25e-6")
     samples = []
     for p in profiles:
         summary = _summary_file(p, "--profiles")  # checks p first (an overlong name, a FIFO)
         summary_path = p / "summary.json" if p.is_dir() else p
         samples += samples_from(summary.get("comm_samples"), str(summary_path))
-    model = fit(samples)
+    model = fit(samples, hold=held)
     out = settings.out
     assert out is not None
     model.save(out)
     if settings.json:
         typer.echo(out.read_text(), nl=False)
-    err_console.print(
-        f"fitted {model.samples} samples, relative RMSE {model.rel_rmse:.1%}; "
-        f"model written to {out}"
-    )
+    err_console.print(f"{describe(model)}; model written to {out}", highlight=False)
 
 
 @command(
@@ -264,6 +279,8 @@ def predict_cmd(
     backward_s: float | None = typer.Option(None, help="Backward time, for the exposed stall."),
 ) -> None:
     """Predict all-reduce time (and exposed stall) per iteration from the model's shape."""
+    from dataclasses import replace
+
     from recperf.core.config import check_range
     from recperf.stalls.commmodel import CommModel, check_shape, exposed_stall_s
     from recperf.stalls.netem import parse_bandwidth
@@ -278,21 +295,19 @@ def predict_cmd(
     bw = parse_bandwidth(bandwidth) / 8 if bandwidth is not None else None
     if n_nodes > 1 and bw is None:
         raise ConfigError(f"--nodes {n_nodes}: more than one machine needs --bandwidth, e.g. 1gbit")
-    comm = m.predict(grad_bytes, layers, ranks, n_nodes, bw)
-    result: dict[str, Any] = {
-        "comm_s": comm,
-        "grad_bytes": grad_bytes,
-        "layers": layers,
-        "ranks": ranks,
-        "nodes": n_nodes,
-        "bandwidth_bytes_per_s": bw,
-    }
+    pred = m.predict_interval(grad_bytes, layers, ranks, n_nodes, bw)
     if backward_s is not None:
-        result["exposed_stall_s"] = exposed_stall_s(comm, backward_s, layers)
+        stalls = [exposed_stall_s(c, backward_s, layers)
+                  for c in (pred.comm_s, pred.comm_low_s, pred.comm_high_s)]  # fmt: skip
+        pred = replace(pred, exposed_stall_s=stalls[0], exposed_stall_low_s=stalls[1],
+                       exposed_stall_high_s=stalls[2])  # fmt: skip
+    result = pred.to_json()
+    result["layers"] = layers  # the flag's name, as earlier versions wrote it
     settings.emit(result, "prediction.json")
     if settings.json:
         return
-    err_console.print(", ".join(f"{k} = {v}" for k, v in result.items()), highlight=False)
+    shown = {k: v for k, v in result.items() if v is not None and k != "buckets"}
+    err_console.print(", ".join(f"{k} = {v:.6g}" for k, v in shown.items()), highlight=False)
 
 
 @command(
@@ -374,10 +389,13 @@ def advise_cmd(
     else:
         where = f" in {cat.report['used'][rec['instance']]}" if cat.report is not None else ""
         err_console.print(
-            f"recommended: {rec['instance']} x {rec['count']}{where}: {rec['total_h']:.2f} h, "
-            f"${rec['cost_usd']:,.2f}",
+            f"recommended: {rec['instance']} x {rec['count']}{where}: {rec['total_h']:.2f} h "
+            f"({rec['total_low_h']:.2f}-{rec['total_high_h']:.2f} h), ${rec['cost_usd']:,.2f}; "
+            f"{rec['verdict']} the {budget_h:g} h budget",
             highlight=False,
         )
+    err_console.print(f"comm model: {advice.model_source}", highlight=False, markup=False)
+    err_console.print(f"data stall: {advice.data_stall_method}", highlight=False, markup=False)
     for note in cat.notes:
         err_console.print(f"note: {note}", highlight=False, markup=False)
     err_console.print(f"advice in {out_dir / 'advice.json'}, plot in {out_dir / 'pareto.html'}")

@@ -1,6 +1,7 @@
 """The report's distributed-training stall section: profile an embedded default (differential runs
 on this machine), then show the per-run and differential breakdowns, the all-reduce model against
-its measurements, and the cloud advisor's time-cost frontier.
+its measurements (held and unmeasured terms named), and the cloud advisor's time-cost frontier
+with each setup's interval and verdict against the budget.
 
 Run names, methods and skip reasons are escaped as in the other sections: ``html.escape`` for
 hand-built HTML and for plotly labels (which plotly renders as a small HTML subset).
@@ -34,7 +35,7 @@ from recperf.report.section import (
 from recperf.stalls import netem
 from recperf.stalls.advisor import Advice, AdvisorConfig, advise, pareto_figure
 from recperf.stalls.analysis import STALLS
-from recperf.stalls.commmodel import PARAMS, CommModel, CommSample, fit
+from recperf.stalls.commmodel import LEVEL, PARAMS, PRIOR, CommModel, CommSample, fit
 from recperf.stalls.kineto import analyze_paths, find_traces
 from recperf.stalls.profile import ProfileConfig, profile
 
@@ -44,8 +45,10 @@ BUDGET_H = 2.0
 EPOCH_SAMPLES = {"dlrm": 45_840_617, "mlp": 1_000_000}
 """Samples per epoch for the advisor: the Criteo Kaggle training rows for DLRM."""
 DEFAULT_EPOCH_SAMPLES = 1_000_000
-MIN_SAMPLES = len(PARAMS)
-"""The all-reduce model has five parameters: fewer samples cannot determine it."""
+LATENCY_HOLD = {"alpha_s": PRIOR["alpha_s"]}
+"""Held when every sample has one world size (the profile's ranks): the ring-step latency and
+the per-call cost then cannot be told apart, so the step latency keeps its default and the
+per-call cost is fitted (``fit`` refuses otherwise)."""
 TORCH_TRACE_ITERS = 3
 """Timed iterations of each run also captured with torch.profiler, for ``stalls analyze``."""
 TRACED = ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "overlapped_comm_s")
@@ -149,16 +152,16 @@ def traced_figures(out: Path, summary: Mapping[str, Any]) -> tuple[dict[str, Any
 
 def fit_model(samples: Sequence[Mapping[str, Any]]) -> tuple[CommModel | None, str]:
     """The all-reduce model fitted to the profile's microbenchmark, or None and why not."""
-    if len(samples) < MIN_SAMPLES:
-        return None, (
-            f"The profile measured {len(samples)} all-reduce sample(s); fitting the "
-            f"{MIN_SAMPLES}-parameter communication model needs at least {MIN_SAMPLES}, so the "
-            f"measured-vs-predicted figure is left out and the advisor uses its default model."
-        )
     try:
-        return fit([CommSample(**s) for s in samples]), ""
+        parsed = [CommSample(**s) for s in samples]
+        hold = LATENCY_HOLD if len({s.ranks for s in parsed}) < 2 else {}
+        return fit(parsed, hold=hold), ""
     except (RecperfError, TypeError) as exc:
-        return None, f"The communication model could not be fitted: {exc}"
+        return None, (
+            f"The profile measured {len(samples)} all-reduce sample(s) and the communication "
+            f"model could not be fitted ({exc}), so the measured-vs-predicted figure is left "
+            f"out and the advisor uses its default model."
+        )
 
 
 def run_advisor(summary: Mapping[str, Any], model: CommModel | None) -> tuple[Advice | None, str]:
@@ -205,6 +208,7 @@ def section_from_summary(
         "comm_model": None if model is None else {p: getattr(model, p) for p in PARAMS},
         "comm_model_samples": 0 if model is None else model.samples,
         "comm_model_rel_rmse": None if model is None else model.rel_rmse,
+        "comm_model_fit": None if model is None else model.to_json(),
         "advice": None if advice is None else advice.to_json(),
         "torch_trace_analysis": None if traced is None else dict(traced),
     }
@@ -312,10 +316,21 @@ def _traced_table(traced: Mapping[str, Any]) -> str:
 
 
 def _model_table(model: CommModel) -> str:
-    rows = [[p, _PARAM_MEANING[p], f"{getattr(model, p):.3g}"] for p in PARAMS]
-    rows.append(["relative RMSE", f"over {model.samples} samples", _pct(model.rel_rmse)])
-    caption = "The all-reduce model's parameters, fitted by non-negative least squares."
-    return table_html(["parameter", "meaning", "value"], rows, caption=caption, left_cols=2)
+    def how(p: str) -> str:
+        held = "held (not identifiable from one world size)" if p in model.held else ""
+        return "not measured" if p in model.unmeasured else held or "fitted"
+
+    rows = [[p, _PARAM_MEANING[p], how(p), f"{getattr(model, p):.3g}"] for p in PARAMS]
+    rows.append(["relative RMSE", f"over {model.samples} samples", "", _pct(model.rel_rmse)])
+    rows.append(["residual spread", "1.4826 x median |relative residual|", "",
+                 _pct(model.rel_scale)])  # fmt: skip
+    caption = (
+        f"The all-reduce model's parameters, fitted by non-negative least squares on relative "
+        f"error; predictions carry a {LEVEL:.0%} interval from the residual spread and the "
+        f"parameters' covariance."
+    )
+    header = ["parameter", "meaning", "how", "value"]
+    return table_html(header, rows, caption=caption, left_cols=3)
 
 
 def _sig(x: float) -> str:
@@ -333,12 +348,19 @@ def _advice_html(advice: Advice) -> str:
             f"{fast.instance}, would take {fast.total_h:.3g} h for ${fast.cost_usd:,.2f}."
         )
         return f"<p>{html.escape(text)}</p>"
-    rows = [[rec.instance, rec.count, rec.gpus_total, _sig(rec.total_h), _sig(rec.cost_usd)]]
+    rows = [[rec.instance, rec.count, rec.gpus_total, _sig(rec.total_h),
+             f"{_sig(rec.total_low_h)}–{_sig(rec.total_high_h)}", rec.verdict,
+             _sig(rec.cost_usd)]]  # fmt: skip
+    unsure = sum(c.verdict == "may miss" for c in advice.candidates)
     caption = (
-        f"Recommendation: the cheapest setup that trains one epoch of "
-        f"{advice.config.epoch_samples:,} samples within {budget:g} h ({advice.model_source})."
+        f"Recommendation: the cheapest setup whose {LEVEL:.0%} interval trains one epoch of "
+        f"{advice.config.epoch_samples:,} samples within {budget:g} h (else the cheapest whose "
+        f"point prediction does, marked 'may miss'); {unsure} of {len(advice.candidates)} "
+        f"setups straddle the budget. Comm model: {advice.model_source}. Data stall: "
+        f"{advice.data_stall_method}."
     )
-    header = ["instance", "count", "GPUs", "total (h)", "cost (USD)"]
+    header = ["instance", "count", "GPUs", "total (h)", f"{LEVEL:.0%} interval (h)", "verdict",
+              "cost (USD)"]  # fmt: skip
     return table_html(header, rows, caption=caption)
 
 
@@ -438,9 +460,10 @@ def _pareto_html(advice: Advice) -> str:
     note = (
         f"Every catalog instance type x 1..{advice.config.max_instances} instances: compute "
         f"predicted from the profile ({methods}), "
-        f"the profile's data stall carried over, and all-reduce time from the communication "
-        f"model ({advice.model_source}), of which only the part the backward pass cannot hide "
-        f"counts. The line joins the setups no other beats on both time and cost; dashed: the "
+        f"the profile's directly measured data stall carried over, and all-reduce time from "
+        f"the communication model ({advice.model_source}), of which only the part the backward "
+        f"pass cannot hide counts; whiskers: the {LEVEL:.0%} interval of hours. The line joins "
+        f"the setups no other beats on both time and cost; dashed: the "
         f"{advice.config.budget_h:g} h budget for one epoch of "
         f"{advice.config.epoch_samples:,} samples."
     )

@@ -1,6 +1,8 @@
 """The cloud cost advisor: from one profile's per-iteration summary, predict the time and cost of
-training on every catalog instance type x instance count, and pick the cheapest setup that meets
-a time budget, with the time-cost Pareto frontier as data and as a plotly figure."""
+training on every catalog instance type x instance count, each with an interval (the comm model's
+prediction interval and the profile's run-to-run spread of the data stall), and pick the cheapest
+setup whose whole interval meets a time budget; setups whose interval straddles it are marked
+"may miss". The time-cost Pareto frontier comes as data and as a plotly figure."""
 
 from __future__ import annotations
 
@@ -9,20 +11,23 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from recperf.core.config import check_range
+import numpy as np
+
+from recperf.core.config import check_range, from_mapping
 from recperf.core.errors import ConfigError
 from recperf.core.results import atomic_path
 from recperf.stalls.catalog import GpuModel, Instance, load_gpu_models, load_instances, pareto_front
-from recperf.stalls.commmodel import PARAMS, CommModel, exposed_stall_s
+from recperf.stalls.commmodel import LEVEL, PARAMS, PRIOR, CommModel, exposed_stall_s
 
-DEFAULT_MODEL = CommModel(
-    alpha_s=25e-6, bucket_s=50e-6, beta_intra_s_per_byte=0.0, net_efficiency=1.0,
-    beta_net_s_per_byte=0.0,
-)  # fmt: skip
+DEFAULT_MODEL = CommModel.from_json(PRIOR, "the default communication model")
 """Used when no fitted model is given: 25 us per ring step, 50 us per all-reduce call, links at
 their datasheet or line rate and no per-byte overhead beyond it."""
+Verdict = Literal["meets", "may miss", "misses"]
+"""A setup's whole interval within the budget, straddling it, or beyond it."""
+REAL_DATA_RUNS = ("warm", "cold")
+"""The profile's runs that read real data (their direct data waits give the stall's spread)."""
 
 BACKWARD_FRACTION = 2.0 / 3.0
 """Share of compute spent in the backward pass when the profile does not say."""
@@ -86,6 +91,13 @@ class ProfileSummary:
     """Profiling device kind: "cpu" or "cuda"."""
     device_name: str
     """Torch device name, e.g. "NVIDIA H200" ("" when unknown)."""
+    data_stall_s: float
+    """The data stall carried to every setup, per iteration (see ``data_stall``)."""
+    data_stall_low_s: float
+    data_stall_high_s: float
+    """The range of the data stall over the profile's measurements of it."""
+    data_stall_method: str
+    """Where data_stall_s came from and why."""
 
     @staticmethod
     def from_mapping(summary: Mapping[str, Any]) -> ProfileSummary:
@@ -100,10 +112,12 @@ class ProfileSummary:
         name = summary.get("device_name", "")
         if not isinstance(name, str):
             raise ConfigError(f"profile summary: 'device_name' = {name!r}: expected a string")
+        stall, low, high, method = data_stall(summary)
         return ProfileSummary(
             compute_s=compute, backward_s=backward,
             data_fetch_stall_s=_key(summary, "data_fetch_stall_s", False),
-            data_prep_stall_s=_key(summary, "data_prep_stall_s", False),
+            data_prep_stall_s=_key(summary, "data_prep_stall_s", False), data_stall_s=stall,
+            data_stall_low_s=low, data_stall_high_s=high, data_stall_method=method,
             grad_bytes=_key(summary, "grad_bytes", True),
             num_layers=_key(summary, "num_layers", True),
             param_bytes=_key(summary, "param_bytes", True),
@@ -114,6 +128,36 @@ class ProfileSummary:
     @property
     def backward_fraction(self) -> float:
         return self.backward_s / self.compute_s if self.compute_s > 0 else BACKWARD_FRACTION
+
+
+def data_stall(summary: Mapping[str, Any]) -> tuple[float, float, float, str]:
+    """The data stall per iteration carried to the target setups, its low and high ends, and
+    how it was read. A ``profile`` summary measures it directly (the training loop's own wait for
+    the next batch): that figure is carried, its range over the real-data runs' direct waits. The
+    differential fetch + prep stall is a difference of two runs' iteration times (~0.2 s each
+    here), which on a shared CPU host moves with the host's load by more than the stall itself
+    (0 and 54 ms in two identical report profiles, beside direct waits of 2.1 and 2.6 ms); carried
+    onto a GPU's sub-millisecond compute it moved the recommendation between identical runs. It is
+    used only when the summary has no direct figure (e.g. from ``stalls analyze``)."""
+    differential = _key(summary, "data_fetch_stall_s", False) + _key(
+        summary, "data_prep_stall_s", False
+    )
+    direct = summary.get("direct")
+    if not isinstance(direct, Mapping) or direct.get("data_stall_s") is None:
+        how = "fetch + prep stall per iteration carried over from the profile (differential)"
+        return differential, differential, differential, how
+    wait = _key(direct, "data_stall_s", False)
+    runs = [r for r in summary.get("runs") or [] if isinstance(r, Mapping)]
+    real = [r for r in runs if r.get("name") in REAL_DATA_RUNS and r.get("data_wait_s") is not None]
+    waits = [wait] + [_key(r, "data_wait_s", False) for r in real]
+    how = (
+        f"direct: the training loop's measured wait for the next batch in run "
+        f"'{direct.get('run')}', {wait * 1e3:.3g} ms ({min(waits) * 1e3:.3g}-"
+        f"{max(waits) * 1e3:.3g} ms over the real-data runs), not the differential fetch + prep "
+        f"stall ({differential * 1e3:.3g} ms), a difference of two runs' iteration times that "
+        "moves with the host's load"
+    )
+    return wait, min(waits), max(waits), how
 
 
 ANALYZE_FLAGS = {"batch_size": "--batch-size", "param_bytes": "--param-bytes"}
@@ -158,7 +202,7 @@ class Candidate:
     exposed_comm_s: float
     """Part of comm_s not hidden behind the backward pass."""
     data_stall_s: float
-    """Data fetch + preparation stall per iteration, carried over from the profile."""
+    """Data stall per iteration, carried over from the profile (see ``data_stall``)."""
     iterations_per_epoch: int
     """Iterations in one epoch at this world size."""
     epoch_h: float
@@ -173,6 +217,14 @@ class Candidate:
     """Whether total_h is within the budget."""
     compute_method: str
     """How the compute time was predicted."""
+    comm_low_s: float
+    comm_high_s: float
+    """The all-reduce time's prediction interval (LEVEL, from the comm model's fit)."""
+    total_low_h: float
+    total_high_h: float
+    """Hours for all epochs at the interval's ends (comm and data stall both low, both high)."""
+    verdict: Verdict
+    """The whole interval within the budget, straddling it, or beyond it."""
 
 
 def comm_seconds(
@@ -195,6 +247,28 @@ def comm_seconds(
         beta = max(beta, model.net_efficiency / net_bytes_per_s + model.beta_net_s_per_byte)
     steps = 2 * (ranks - 1)
     return buckets * (model.bucket_s + steps * model.alpha_s) + steps / ranks * grad_bytes * beta
+
+
+def comm_interval(
+    model: CommModel, comm_s: float, grad_bytes: float, buckets: int, ranks: int, nodes: int,
+    intra_bytes_per_s: float, net_bytes_per_s: float,
+) -> tuple[float, float]:  # fmt: skip
+    """``comm_seconds``' interval: the fitted terms it used (the network's when the network is
+    the slowest link; a datasheet link has no fitted uncertainty) and the residual noise."""
+    if ranks < 2:
+        return 0.0, 0.0
+    steps = 2 * (ranks - 1)
+    volume = steps / ranks * grad_bytes
+    x = np.array([buckets * steps, buckets, 0.0, 0.0, 0.0])
+    if nodes > 1 and (model.net_efficiency / net_bytes_per_s + model.beta_net_s_per_byte
+                      >= 1.0 / intra_bytes_per_s):  # fmt: skip
+        x[3:] = volume / net_bytes_per_s, volume
+    return model.interval_s(x, comm_s)
+
+
+def verdict(low_h: float, high_h: float, budget_h: float) -> Verdict:
+    """Where a setup's interval of hours lies against the budget."""
+    return "meets" if high_h <= budget_h else "misses" if low_h > budget_h else "may miss"
 
 
 def gpu_of(instance: Instance, gpu_models: Mapping[str, GpuModel]) -> GpuModel:
@@ -270,13 +344,23 @@ def predict_candidate(
     compute, method = predict_compute(profile, gpu, gpu_models, config)
     ranks = count * instance.gpus
     link, net = _link_bytes_per_s(instance, gpu), instance.network_gbps * 1e9 / 8
-    comm = comm_seconds(model, profile.grad_bytes, profile.num_layers, ranks, count, link, net)
-    exposed = exposed_stall_s(comm, compute * profile.backward_fraction, profile.num_layers)
-    data = profile.data_fetch_stall_s + profile.data_prep_stall_s
-    iteration = compute + data + exposed
+    shape = (profile.grad_bytes, profile.num_layers, ranks, count, link, net)
+    comm = comm_seconds(model, *shape)
+    comm_low, comm_high = comm_interval(model, comm, *shape)
+    backward = compute * profile.backward_fraction
     iterations = math.ceil(config.epoch_samples / (profile.batch_size * ranks))
+
+    def hours(comm_s: float, data_s: float) -> float:
+        exposed = exposed_stall_s(comm_s, backward, profile.num_layers)
+        return iterations * (compute + data_s + exposed) / 3600.0 * config.epochs
+
+    exposed = exposed_stall_s(comm, backward, profile.num_layers)
+    data = profile.data_stall_s
+    iteration = compute + data + exposed
     epoch_h = iterations * iteration / 3600.0
     total_h = epoch_h * config.epochs
+    low_h = hours(comm_low, profile.data_stall_low_s)
+    high_h = hours(comm_high, profile.data_stall_high_s)
     usd_per_hour = count * instance.usd_per_hour
     if not math.isfinite(total_h * usd_per_hour):
         raise ConfigError(f"epochs = {config.epochs:g}, epoch_samples = {config.epoch_samples}: "
@@ -286,7 +370,9 @@ def predict_candidate(
         iteration_s=iteration, compute_s=compute, comm_s=comm, exposed_comm_s=exposed,
         data_stall_s=data, iterations_per_epoch=iterations, epoch_h=epoch_h, total_h=total_h,
         cost_usd=total_h * usd_per_hour, usd_per_hour=usd_per_hour,
-        meets_budget=total_h <= config.budget_h, compute_method=method,
+        meets_budget=total_h <= config.budget_h, compute_method=method, comm_low_s=comm_low,
+        comm_high_s=comm_high, total_low_h=low_h, total_high_h=high_h,
+        verdict=verdict(low_h, high_h, config.budget_h),
     )  # fmt: skip
 
 
@@ -295,7 +381,8 @@ class Advice:
     """Every feasible setup's prediction and the choices among them."""
 
     recommendation: Candidate | None
-    """Cheapest setup within the budget (ties: faster); None when none meets it."""
+    """Cheapest setup whose whole interval is within the budget (verdict "meets"; ties: faster);
+    when none is, the cheapest whose point prediction is ("may miss"); else None."""
     fastest: Candidate
     """Setup with the least total hours (ties: cheaper)."""
     pareto: list[Candidate]
@@ -316,9 +403,12 @@ class Advice:
     """GPU memory needed per rank: param_bytes x (1 + optimizer_bytes_per_param_byte)."""
     notes: list[str] = dataclasses.field(default_factory=list)
     """What the catalog left out or assumed (instance types skipped and why), one per line."""
+    data_stall_method: str = ""
+    """How the data stall carried to every setup was read from the profile."""
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready summary: snake_case keys with units in the names."""
+        """A JSON-ready document: snake_case keys with units in the names (the summary keys of
+        earlier versions, plus every candidate and the full model, so ``from_json`` rebuilds it)."""
 
         def one(c: Candidate | None) -> dict[str, Any] | None:
             return None if c is None else dataclasses.asdict(c)
@@ -338,17 +428,66 @@ class Advice:
                 "optimizer_bytes_per_param_byte": cfg.optimizer_bytes_per_param_byte,
                 "memory_needed_gib": self.memory_needed_bytes / 2**30,
                 "compute_methods": sorted({c.compute_method for c in self.candidates}),
-                "data_stall": "fetch + prep stall per iteration carried over from the profile",
+                "data_stall": self.data_stall_method, "interval_level": LEVEL,
                 "comm_model_source": self.model_source, "comm_model": comm,
             },
-            "notes": list(self.notes),
+            "notes": list(self.notes), "candidates": [one(c) for c in self.candidates],
+            "comm_model_fit": self.model.to_json(), "memory_needed_bytes": self.memory_needed_bytes,
         }  # fmt: skip
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Advice:
+        """The advice ``to_json`` wrote."""
+
+        def one(c: Any) -> Candidate:
+            return from_mapping(Candidate, c, "advice: candidate")
+
+        a = data["assumptions"]
+        config = AdvisorConfig(
+            budget_h=data["budget_h"], epochs=data["epochs"], epoch_samples=data["epoch_samples"],
+            max_instances=a["max_instances"], efficiency=a["efficiency"],
+            precision=a["precision"],
+            optimizer_bytes_per_param_byte=a["optimizer_bytes_per_param_byte"],
+        )  # fmt: skip
+        rec = data["recommendation"]
+        return Advice(
+            recommendation=None if rec is None else one(rec), fastest=one(data["fastest"]),
+            pareto=[one(c) for c in data["pareto"]],
+            candidates=[one(c) for c in data["candidates"]],
+            skipped=[(s["instance"], s["why"]) for s in data["skipped"]],
+            setups_skipped=data["setups_skipped"], model_source=a["comm_model_source"],
+            model=CommModel.from_json(data["comm_model_fit"]), config=config,
+            memory_needed_bytes=data["memory_needed_bytes"], notes=list(data["notes"]),
+            data_stall_method=a["data_stall"],
+        )  # fmt: skip
 
 
 def _model_source(model: CommModel | None) -> str:
     if model is None:
         return "default: 25 us per ring step, 50 us per call, links at datasheet/line rate"
-    return f"given: fitted on {model.samples} samples, relative RMSE {model.rel_rmse:.1%}"
+    text = f"given: fitted on {model.samples} samples, relative RMSE {model.rel_rmse:.1%}"
+    if model.held:
+        text += "; held " + ", ".join(f"{p} = {getattr(model, p):g}" for p in model.held)
+    if model.unmeasured:
+        text += f"; not measured, at the default: {', '.join(model.unmeasured)}"
+    return text
+
+
+def completed(model: CommModel) -> CommModel:
+    """``model`` with the terms its fit never measured at their defaults (``PRIOR``): a model
+    fitted on one machine's samples still prices a multi-machine setup, at line rate."""
+    return CommModel.from_json({**model.to_json(), **{p: PRIOR[p] for p in model.unmeasured}})
+
+
+def choose(candidates: Sequence[Candidate]) -> Candidate | None:
+    """The cheapest setup (ties: faster) that surely meets the budget, else the cheapest that
+    may (its point prediction does), else None."""
+    for ok in ((c for c in candidates if c.verdict == "meets"),
+               (c for c in candidates if c.verdict == "may miss" and c.meets_budget)):  # fmt: skip
+        best = min(ok, key=lambda c: (c.cost_usd, c.total_h), default=None)
+        if best is not None:
+            return best
+    return None
 
 
 def advise(
@@ -362,7 +501,7 @@ def advise(
     profile = ProfileSummary.from_mapping(summary)
     instances = load_instances() if instances is None else instances
     gpu_models = load_gpu_models() if gpu_models is None else gpu_models
-    comm_model = DEFAULT_MODEL if model is None else model
+    comm_model = DEFAULT_MODEL if model is None else completed(model)
     needed = profile.param_bytes * (1.0 + config.optimizer_bytes_per_param_byte)
     candidates: list[Candidate] = []
     skipped: list[tuple[str, str]] = []
@@ -377,15 +516,14 @@ def advise(
     if not candidates:
         raise ConfigError(f"no instance type has enough GPU memory: the model needs "
                           f"{needed / 2**30:.3g} GiB per GPU")  # fmt: skip
-    within = [c for c in candidates if c.meets_budget]
     return Advice(
-        recommendation=min(within, key=lambda c: (c.cost_usd, c.total_h)) if within else None,
+        recommendation=choose(candidates),
         fastest=min(candidates, key=lambda c: (c.total_h, c.cost_usd)),
         pareto=pareto_front(candidates, key=lambda c: (c.total_h, c.cost_usd)),
         candidates=candidates, skipped=skipped,
         setups_skipped=len(skipped) * config.max_instances,
         model_source=_model_source(model), model=comm_model, config=config,
-        memory_needed_bytes=needed, notes=list(notes),
+        memory_needed_bytes=needed, notes=list(notes), data_stall_method=profile.data_stall_method,
     )  # fmt: skip
 
 
@@ -401,7 +539,10 @@ def pareto_figure(advice: Advice) -> Any:
     cands, front = advice.candidates, advice.pareto
     fig.add_trace(go.Scatter(
         x=[c.total_h for c in cands], y=[c.cost_usd for c in cands], mode="markers",
-        name="setups", text=[label(c) for c in cands], hoverinfo="text+x+y", opacity=0.5,
+        name=f"setups ({LEVEL:.0%} interval of hours)",
+        text=[f"{label(c)}: {c.verdict}" for c in cands], hoverinfo="text+x+y", opacity=0.5,
+        error_x={"type": "data", "array": [c.total_high_h - c.total_h for c in cands],
+                 "arrayminus": [c.total_h - c.total_low_h for c in cands]},
     ))  # fmt: skip
     fig.add_trace(go.Scatter(
         x=[c.total_h for c in front], y=[c.cost_usd for c in front], mode="lines+markers",
