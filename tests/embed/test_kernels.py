@@ -22,6 +22,7 @@ from recperf.embed.kernels import (
 )
 from recperf.embed.kernels.base import KernelCase, case_inputs, magnitude, mismatch
 from recperf.embed.kernels.hotrows import CombinedConfig, HotL2Config
+from recperf.embed.kernels.peers import FbgemmTBEConfig
 from recperf.embed.kernels.torch_hot import TorchHotConfig
 from recperf.embed.kernels.triton_tbe import TritonConfig, TritonPrefetchConfig
 
@@ -47,7 +48,7 @@ def test_all_kernels_registered_with_their_config_and_space() -> None:
     configs = {name: KERNELS.entry(name).config for name in NAMES}
     assert configs == {
         "bag-concat": None,
-        "fbgemm-tbe": None,
+        "fbgemm-tbe": FbgemmTBEConfig,
         "combined": CombinedConfig,
         "hot-l2": HotL2Config,
         "torch": None,

@@ -153,6 +153,9 @@ def test_fbgemm_tbe_reads_fbgemm_tables_where_they_lie(fmt: str, align: int) -> 
     assert mismatch(got, ref, magnitude(tables, lookup), fmt) == ""
     theirs = op(lookup.indices.int(), lookup.offsets.int(), lookup.per_sample_weights)
     torch.testing.assert_close(got, theirs.view(got.shape), rtol=0, atol=0)
+    copied = KERNELS.build("fbgemm-tbe", {"copy_rows": True}, tables)  # unpadded, on request
+    assert not copied.buffer.shared  # type: ignore[attr-defined]
+    torch.testing.assert_close(copied(lookup), got, rtol=0, atol=0)
     # a row changed in FBGEMM's buffer is what the kernel reads next: no copy was made
     op.split_embedding_weights()[0][0][lookup.indices[0]].fill_(0)
     assert not torch.equal(kernel(lookup), got) or bool((got == 0).all())
