@@ -172,9 +172,9 @@ if SparseType is not None:
             key = {"int8": "int8", "int4": "int4", "fp16": "float16", "fp32": "float32"}
             self._args[f"max_{key.get(tables.row_format, 'float8')}_D"] = d
             if tables.row_format == "fp8":
-                config = SparseType.FP8.default_config()
-                self._args["fp8_exponent_bits"] = int(config.get("exponent_bits"))
-                self._args["fp8_exponent_bias"] = int(config.get("exponent_bias"))
+                fp8 = SparseType.FP8.default_config()
+                self._args["fp8_exponent_bits"] = int(fp8.get("exponent_bits"))
+                self._args["fp8_exponent_bias"] = int(fp8.get("exponent_bias"))
             self._rows = torch.tensor(tables.rows, dtype=torch.int64, device=dev)
             self._warning = torch.zeros(1, dtype=torch.int64, device=dev)
 
