@@ -363,7 +363,7 @@ class EmbeddingBags(nn.Module):
             )
             for i, s in enumerate(self._slots)
         ]
-        batches = [p.offsets.numel() - 1 for p in parts]
+        batches = [p.batch for p in parts]
         if len(set(batches)) > 1:
             bad = next(i for i, b in enumerate(batches) if b != batches[0])
             raise ConfigError(

@@ -5,10 +5,11 @@ it) turned into the TBE layout of one ``Lookup``, checked as the original module
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -79,9 +80,16 @@ class Part:
     """One slot's input in the TBE layout."""
 
     ids: torch.Tensor
-    offsets: torch.Tensor
-    """int64 [B + 1], from 0 to len(ids)."""
+    """int64 [N]."""
+    starts: torch.Tensor
+    """int64 [B]: where each bag starts in ``ids`` (the bag ends where the next starts)."""
+    end: torch.Tensor | None
+    """With ``include_last_offset``: the given end of the last bag (``[1]``, must be N)."""
     weights: torch.Tensor | None
+
+    @property
+    def batch(self) -> int:
+        return int(self.starts.shape[0])
 
 
 def check_bag(bag: object, label: str) -> TableSpec:
@@ -180,11 +188,12 @@ def to_part(
     dev = weight.device
     ids_name, off_name, psw_name = names
     ids = _check_tensor(ids, ids_name, _INDEX_DTYPES, dev)
+    end = None
     if ids.dim() == 2:
         if off is not None:
             raise ConfigError(f"{off_name}: must be None with 2-D indices (fixed-length bags)")
         b, length = ids.shape
-        offsets = torch.arange(b + 1, dtype=torch.int64, device=dev) * length
+        starts = torch.arange(b, dtype=torch.int64, device=dev) * length
     elif ids.dim() == 1:
         if off is None:
             raise ConfigError(f"{off_name}: needed with 1-D indices")
@@ -193,11 +202,11 @@ def to_part(
             raise ConfigError(f"{off_name}: expected a 1-D tensor, got {off.dim()}-D")
         off = off.to(torch.int64)
         if not table.include_last_offset:
-            offsets = torch.cat([off, off.new_full((1,), ids.numel())])
+            starts = off
         elif off.numel() < 1:
             raise ConfigError(f"{off_name}: include_last_offset needs at least one offset")
         else:
-            offsets = off
+            starts, end = off[:-1], off[-1:]
     else:
         raise ConfigError(f"{ids_name}: expected 1-D (with offsets) or 2-D, got {ids.dim()}-D")
     weights = None
@@ -211,18 +220,23 @@ def to_part(
                 "torch.nn.EmbeddingBag takes them only with mode='sum'"
             )
         weights = psw.reshape(-1).to(torch.float32)
-    return Part(ids=ids.reshape(-1).to(torch.int64), offsets=offsets, weights=weights)
+    return Part(ids=ids.reshape(-1).to(torch.int64), starts=starts, end=end, weights=weights)
 
 
 def values_ok(parts: Sequence[Part], rows: Sequence[int]) -> torch.Tensor:
     """A 0-d bool tensor on the parts' device (read it once: one host sync for all the checks):
-    every part's offsets rise from 0 to len(ids) and its ids lie within its table's ``rows``."""
+    every part's bag starts rise from 0 up to at most len(ids), its given end (if any) is
+    len(ids), and its ids lie within its table's ``rows``. The parts have one batch >= 1."""
     dev = parts[0].ids.device
     sizes = torch.tensor([p.ids.numel() for p in parts], dtype=torch.int64, device=dev)
-    firsts = torch.stack([p.offsets[0] for p in parts])
-    lasts = torch.stack([p.offsets[-1] for p in parts])
-    steps = torch.cat([p.offsets.diff() for p in parts])
-    bad = (firsts != 0).any() | (lasts != sizes).any() | (steps < 0).any()
+    firsts = torch.stack([p.starts[0] for p in parts])
+    lasts = torch.stack([p.starts[-1] for p in parts])
+    steps = torch.cat([p.starts.diff() for p in parts])
+    bad = (firsts != 0).any() | (lasts > sizes).any() | (steps < 0).any()
+    ended = [i for i, p in enumerate(parts) if p.end is not None]
+    if ended:
+        ends = torch.cat([cast(torch.Tensor, parts[i].end) for i in ended])
+        bad |= (ends != sizes[ended]).any()
     used = [i for i, p in enumerate(parts) if p.ids.numel()]
     if used:  # one min/max pass per part: cheaper than comparing every id with its table's rows
         lo_hi = [torch.aminmax(parts[i].ids) for i in used]
@@ -236,12 +250,12 @@ def check_values(names: tuple[str, str, str], part: Part, rows: int, table: Tabl
     """Raise the ConfigError naming what is wrong with ``part``'s offsets or ids, if anything
     (run on the parts ``values_ok`` refused, to say which and why)."""
     ids_name, off_name, _ = names
-    off, n = part.offsets, part.ids.numel()  # (without include_last_offset, off[-1] is n)
-    if int(off[0]) != 0:
-        raise ConfigError(f"{off_name}: must start at 0, got {int(off[0])}")
-    if int(off[-1]) != n:
-        raise ConfigError(f"{off_name}: last offset {int(off[-1])} is not len(indices) = {n}")
-    if bool((off[1:] < off[:-1]).any()):
+    starts, n = part.starts, part.ids.numel()
+    if int(starts[0]) != 0:
+        raise ConfigError(f"{off_name}: must start at 0, got {int(starts[0])}")
+    if part.end is not None and int(part.end[0]) != n:
+        raise ConfigError(f"{off_name}: last offset {int(part.end[0])} is not len(indices) = {n}")
+    if bool((starts[1:] < starts[:-1]).any()) or int(starts[-1]) > n:
         raise ConfigError(f"{off_name}: must not decrease, nor pass len(indices) = {n}")
     if n:
         lo, hi = int(part.ids.min()), int(part.ids.max())
@@ -253,15 +267,21 @@ def check_values(names: tuple[str, str, str], part: Part, rows: int, table: Tabl
 
 
 def to_lookup(parts: Sequence[Part], batch: int) -> Lookup:
-    """The parts of one group, table-major, as one TBE ``Lookup``."""
-    sizes = [p.ids.numel() for p in parts]
-    base = 0
-    starts = []
-    for p, n in zip(parts, sizes, strict=True):
-        starts.append(p.offsets[:-1] + base)
-        base += n
+    """The parts of one group, table-major, as one TBE ``Lookup`` (a few tensor ops whatever
+    the number of parts: this runs on every call)."""
     dev = parts[0].ids.device
-    offsets = torch.cat([*starts, torch.tensor([base], dtype=torch.int64, device=dev)])
+    if len(parts) == 1:
+        p = parts[0]
+        n = torch.tensor([p.ids.numel()], dtype=torch.int64, device=dev)
+        return Lookup(
+            indices=p.ids,
+            offsets=torch.cat([p.starts, n]),
+            batch_size=batch,
+            per_sample_weights=p.weights,
+        )
+    sizes = [p.ids.numel() for p in parts]
+    bases = torch.tensor([0, *itertools.accumulate(sizes)], dtype=torch.int64, device=dev)
+    starts = torch.cat([p.starts for p in parts]) + bases[:-1].repeat_interleave(batch)
     weights = None
     if any(p.weights is not None for p in parts):
         weights = torch.cat(
@@ -272,7 +292,7 @@ def to_lookup(parts: Sequence[Part], batch: int) -> Lookup:
         )
     return Lookup(
         indices=torch.cat([p.ids for p in parts]),
-        offsets=offsets,
+        offsets=torch.cat([starts, bases[-1:]]),
         batch_size=batch,
         per_sample_weights=weights,
     )

@@ -1,0 +1,143 @@
+"""The drop-in's own per-call overhead (issue 27, item 6): ``EmbeddingBags.from_torch(bags,
+kernel="torch")`` against calling the plain ``nn.EmbeddingBag`` list on the same inputs (one
+tensor of ids and one of offsets per bag, from the bundled reuse trace), with the value checks
+off (the default) and on (``DropInConfig(debug=True)``), and ``kernel="auto"`` (which times the
+kernels on its first call, the warm-up here). Outputs are checked equal first; calls are
+interleaved over rotating batches (the order rotates each round) and compared by their medians.
+
+    python benchmarks/embed_dropin_overhead.py [--config small] [--batch-size N] [--threads 1]
+        [--calls 200] [--out benchmarks/results/embed_dropin_overhead.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import recperf.embed.bench as eb
+from recperf.embed.dropin import DropInConfig, EmbeddingBags
+from recperf.embed.model import EmbedConfig, config
+
+OUT = Path("benchmarks/results/embed_dropin_overhead.json")
+Inputs = tuple[list[torch.Tensor], list[torch.Tensor]]
+
+
+def per_bag_inputs(
+    cfg_name: str, batches: int, rows_cap: int, batch_size: int | None = None
+) -> tuple[EmbedConfig, list[nn.EmbeddingBag], list[Inputs]]:
+    """The configuration (tables capped at ``rows_cap`` rows), its bags (seeded) and
+    ``batches`` inputs cut from the bundled trace as a list of ``nn.EmbeddingBag`` takes them
+    (per bag: its ids and B offsets)."""
+    cfg = config(cfg_name, rows_cap=rows_cap, batch_size=batch_size)
+    cfg = replace(cfg, table_rows=tuple(min(r, rows_cap) for r in cfg.table_rows))
+    torch.manual_seed(0)
+    bags = [nn.EmbeddingBag(r, cfg.dim, mode="sum") for r in cfg.table_rows]
+    trace = eb.bench_trace(cfg, "reuse-medium-500k")
+    out = []
+    for lk in eb.make_lookups(cfg, trace, batches, "cpu"):
+        b = lk.batch_size
+        starts = lk.offsets[::b].tolist()
+        ids = [lk.indices[starts[t] : starts[t + 1]] for t in range(len(bags))]
+        offs = [lk.offsets[t * b : (t + 1) * b] - starts[t] for t in range(len(bags))]
+        out.append((ids, offs))
+    return cfg, bags, out
+
+
+def interleaved(
+    fns: list[Callable[[Inputs], Any]], inputs: list[Inputs], calls: int
+) -> list[list[float]]:
+    """Seconds of each call of each fn (after 5 warm-up rounds), in turn on the same batch, the
+    first fn of a round rotating."""
+    times: list[list[float]] = [[] for _ in fns]
+    for i in range(calls + 5):
+        x = inputs[i % len(inputs)]
+        for j in range(len(fns)):
+            k = (i + j) % len(fns)
+            t0 = time.perf_counter()
+            fns[k](x)
+            if i >= 5:
+                times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="small", help="small, paper or mlperf")
+    ap.add_argument("--rows-cap", type=int, default=60_000, help="rows of a table at most")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the config's")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--calls", type=int, default=200, help="timed calls per variant")
+    ap.add_argument("--batches", type=int, default=4, help="distinct inputs rotated through")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg, bags, inputs = per_bag_inputs(args.config, args.batches, args.rows_cap, args.batch_size)
+
+    def plain(x: Inputs) -> list[torch.Tensor]:
+        with torch.no_grad():
+            return [bag(i, o) for bag, i, o in zip(bags, *x, strict=True)]
+
+    variants: dict[str, Callable[[Inputs], Any]] = {"nn.EmbeddingBag list": plain}
+    modules: dict[str, EmbeddingBags] = {}
+    for name, cfg_ in (
+        ("EmbeddingBags(torch)", DropInConfig()),
+        ("EmbeddingBags(torch, debug)", DropInConfig(debug=True)),
+        ("EmbeddingBags(auto)", DropInConfig(kernel="auto", cache=None)),
+    ):
+        modules[name] = module = EmbeddingBags.from_torch(bags, cfg_.kernel, config=cfg_)
+        variants[name] = lambda x, m=module: m(*x)
+    want = plain(inputs[0])
+    for name, fn in variants.items():  # also the warm-up that lets auto time its kernels
+        got = fn(inputs[0])
+        for a, b in zip(got, want, strict=True):
+            torch.testing.assert_close(
+                a, b, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
+            )
+    samples = interleaved(list(variants.values()), inputs, args.calls)
+    base = statistics.median(samples[0])
+    rows = []
+    for (name, _), times in zip(variants.items(), samples, strict=True):
+        med = statistics.median(times)
+        rows.append(
+            {"variant": name, "ms_per_call": med * 1e3, "overhead_ms": (med - base) * 1e3,
+             "vs_plain": med / base}
+        )  # fmt: skip
+    auto = modules["EmbeddingBags(auto)"]
+    doc = {
+        "config": cfg.name,
+        "tables": [cfg.num_tables, max(cfg.table_rows), cfg.dim],
+        "batch_size": cfg.batch_size,
+        "ids_per_call": int(sum(i.numel() for i in inputs[0][0])),
+        "threads": args.threads,
+        "calls": args.calls,
+        "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.processor() or ''}",
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "auto_chose": [c.kernel for c in auto.choices],
+        "variants": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{cfg.name}: {doc['tables']} tables x rows x dim, batch {cfg.batch_size}, "
+          f"{doc['ids_per_call']:,} ids a call, {args.threads} thread(s); auto chose "
+          f"{', '.join(doc['auto_chose'])}")  # fmt: skip
+    for r in rows:
+        print(f"  {r['variant']:<30} {r['ms_per_call']:8.3f} ms  {r['overhead_ms']:+8.3f} ms  "
+              f"{r['vs_plain']:.2f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
