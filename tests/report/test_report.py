@@ -288,14 +288,17 @@ def test_outcome_leaves_out_failed_runs() -> None:
     assert comm[0]["ratio"] == pytest.approx(0.25) and math.isnan(comm[1]["ratio"])
     assert math.isnan(outcome["jct_mean_change"]["tiresias"])
     assert ns.outcome_text(outcome) == (
-        "Lowest mean JCT: at 1× netsens (100 s; next tiresias, 20.0% higher) and at 4× fifo "
+        "Lowest mean JCT of the schedulers swept here (netsens, tiresias, fifo): at 1× netsens "
+        "(100 s; next tiresias, 20.0% higher) and at 4× fifo "
         "(90 s; next netsens, 22.2% higher). netsens' communication overhead as a share of "
         "tiresias': 25.0% at 1× (2.0% vs 8.0% of job time). From 1× to 4× congestion, mean "
         "JCT changes by +10.0% under netsens and -40.0% under fifo. At 4×, netsens held 25.0% "
         "of the finished jobs back for locality, for 50 s on average, and preempted 3 times."
     )
     none = ns.measured_outcome({}, ["netsens"], [2.0])
-    assert ns.outcome_text(none) == "Lowest mean JCT: at 2× no run finished."
+    assert ns.outcome_text(none) == (
+        "Lowest mean JCT of the schedulers swept here (netsens): at 2× no run finished."
+    )
 
 
 def test_full_report_covers_the_traces_a_real_topology_and_the_congestion_grid(

@@ -25,6 +25,7 @@ from recperf.report.ingest_section import ingest_section
 from recperf.report.netsens_section import netsens_section
 from recperf.report.section import FIGURE_CLASS, Section, SectionBuilder
 from recperf.report.stalls_section import stalls_section
+from recperf.report.summary import headlines, summary_html
 
 SECTIONS: tuple[SectionBuilder, ...] = (
     cluster_section,
@@ -87,6 +88,7 @@ def render_page(sections: Sequence[Section], generated: datetime) -> str:
     page = [_PageSection(s.title, s.key, Markup(s.html)) for s in sections]
     return env.get_template(TEMPLATE).render(
         title="recperf report",
+        summary=Markup(summary_html(headlines(sections))),
         generated=generated.strftime("%Y-%m-%d %H:%M UTC"),
         version=recperf.__version__,
         sections=page,
@@ -101,6 +103,7 @@ def report_data(sections: Sequence[Section], generated: datetime, quick: bool) -
         "recperf_version": recperf.__version__,
         "generated_utc": generated.isoformat(timespec="seconds"),
         "quick": quick,
+        "summary": [h.to_json() for h in headlines(sections)],
         "sections": {s.key: {"title": s.title, "data": s.data} for s in sections},
     }
 

@@ -205,7 +205,11 @@ def outcome_text(outcome: Mapping[str, Any]) -> str:
             gap = _ratio(e["next_jct_mean_s"], e["jct_mean_s"]) - 1
             text += f"; next {e['next_scheduler']}, {_pct(gap)} higher"
         best.append(text + ")")
-    parts.append(f"Lowest mean JCT: {_join(best)}.")
+    # Only the swept schedulers: others (section 1's srtf, sjf) may be lower on the same trace.
+    swept = list(outcome["jct_mean_change"])
+    parts.append(
+        f"Lowest mean JCT of the schedulers swept here ({', '.join(swept)}): {_join(best)}."
+    )
     ratios = [e for e in outcome["netsens_comm_vs_tiresias"] if not math.isnan(e["ratio"])]
     if ratios:
         said = [
