@@ -221,9 +221,14 @@ class BagConcat:
         check_tables_match(self.tables, lookup)
         b, t, d = lookup.batch_size, self.tables.num_tables, self.tables.dim
         starts = lookup.offsets[::b].tolist()  # one host copy: each table's slice of the ids
-        ids = lookup.indices.clone()
-        for k in range(1, t):  # table 0 starts at row 0
-            ids[starts[k] : starts[k + 1]] += self._first[k]
+        ids = torch.empty_like(lookup.indices)  # one pass: table 0 copied, the others shifted
+        ids[: starts[1]].copy_(lookup.indices[: starts[1]])
+        for k in range(1, t):
+            torch.add(
+                lookup.indices[starts[k] : starts[k + 1]],
+                self._first[k],
+                out=ids[starts[k] : starts[k + 1]],
+            )
         w = lookup.per_sample_weights
         mean = self.tables.pooling == "mean"
         out = F.embedding_bag(
