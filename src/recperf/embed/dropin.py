@@ -6,16 +6,17 @@ only); ``quantize`` makes one over the tables in another row format, with the er
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 from recperf.core.config import check_range
-from recperf.core.errors import ConfigError, RecperfError
+from recperf.core.errors import ConfigError
+from recperf.embed.dropin_choice import Group, make_group, measure
+from recperf.embed.dropin_choice import tune as tune_group
 from recperf.embed.dropin_config import (
-    NO_HOT,
     TRAIN_REFUSED,
     DropInConfig,
     check_devices,
@@ -35,48 +36,15 @@ from recperf.embed.dropin_inputs import (
     to_part,
     values_ok,
 )
-from recperf.embed.kernel_choice import (
-    AUTO,
-    REFERENCE,
-    KernelChoice,
-    build,
-    build_choice,
-    cached_winner,
-    check_hot_rows,
-    takes_hot_rows,
-)
-from recperf.embed.kernels.base import (
-    EmbeddingKernel,
-    Lookup,
-    Pooling,
-    Tables,
-    check_reads,
-    kernels_for,
-)
+from recperf.embed.kernel_choice import KernelChoice, check_hot_rows
+from recperf.embed.kernels.base import Lookup, Pooling, Tables
 from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, dim_of, format_of
 from recperf.embed.traces import Trace
 
 if TYPE_CHECKING:
     from recperf.embed.quantize import QuantizationReport
 
-
 __all__ = ["DropInConfig", "EmbeddingBags"]
-
-MEASURE_REPS = 5
-"""Timed rounds per kernel when ``auto`` measures on the first forward."""
-
-
-@dataclass(slots=True)
-class _Group:
-    """Slots whose tables one batched ``Tables`` can hold (same width, row format, pooling)."""
-
-    slots: tuple[int, ...]
-    tables: Tables
-    hot_rows: tuple[torch.Tensor, ...] | None
-    choice: KernelChoice
-    kernel: EmbeddingKernel
-    pending: bool = False
-    """``auto`` found no cached winner: the kernels are timed on the first forward's input."""
 
 
 class EmbeddingBags(nn.Module):
@@ -130,7 +98,7 @@ class EmbeddingBags(nn.Module):
             names = [spec.label for spec in source.tables]
             self._hot = hot_from_sample(sample, rows, names, config.hot_fraction)
         self._tuned: dict[tuple[int, str], KernelChoice] = {}
-        self._groups: list[_Group] = []
+        self._groups: list[Group] = []
         self._build()
         self.eval()
 
@@ -231,19 +199,12 @@ class EmbeddingBags(nn.Module):
             )
             hot = None if self._hot is None else tuple(self._hot[t] for t in table_of)
             # A winner tuned here holds for this device and row format only (not after .to()).
-            choice = self._tuned.get((g, _where(tables))) or self._named(tables, hot)
-            if choice.source in ("named", "tuned"):
-                try:
-                    check_reads(choice.kernel, tables)
-                except ConfigError as exc:  # name the tables whose rows it cannot read
-                    raise ConfigError(f"{self._labels(members)}: {exc}") from None
-            pending = choice.source == "fallback" and self.config.kernel == AUTO
-            if pending and self.config.measure:
-                note = f"{choice.note}; the kernels are timed on the first forward's input"
-                choice = replace(choice, note=note)
-            choice, kernel = build_choice(choice, tables, hot)
-            measure = pending and self.config.measure
-            self._groups.append(_Group(tuple(members), tables, hot, choice, kernel, measure))
+            tuned = self._tuned.get((g, _where(tables)))
+            labels = self._labels(members)
+            group = make_group(
+                tuple(members), tables, labels, hot, self.config, self.options, tuned
+            )
+            self._groups.append(group)
 
     def _labels(self, slots: Sequence[int]) -> str:
         return ", ".join(dict.fromkeys(self._tables[self._slots[s].table].label for s in slots))
@@ -251,26 +212,6 @@ class EmbeddingBags(nn.Module):
     def rebuild(self) -> None:
         """Re-make every kernel's layout from the weights (after they were changed in place)."""
         self._build()
-
-    def _named(self, tables: Tables, hot: tuple[torch.Tensor, ...] | None) -> KernelChoice:
-        cfg = self.config
-        if cfg.kernel != AUTO:
-            return KernelChoice(kernel=cfg.kernel, params=self.options)
-        choice = cached_winner(tables, cache=cfg.cache, batch_size=cfg.batch_size, trace=cfg.trace)
-        if hot is None and not cfg.count_hot_rows and self._remaps(choice.kernel):
-            why = (
-                f"cached winner {choice.kernel!r} remaps hot rows and none were given "
-                "(hot_rows, a sample, or count_hot_rows)"
-            )
-            return KernelChoice(kernel=REFERENCE, source="fallback", note=why)
-        return choice
-
-    @staticmethod
-    def _remaps(kernel: str) -> bool:
-        try:
-            return takes_hot_rows(kernel)
-        except RecperfError:  # not registered here: build_choice says so
-            return False
 
     def _apply(
         self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True
@@ -389,24 +330,11 @@ class EmbeddingBags(nn.Module):
         return lookups
 
     def _measure(self, lookups: list[Lookup]) -> None:
-        """``auto`` without a cached winner: each pending group's kernels timed on its lookup
-        (``measured_choice``, which caches the winner), the winner built to run from now on."""
-        from recperf.embed.kernel_choice import measured_choice
-
+        """``auto`` without a cached winner: each pending group timed on its lookup."""
         for g, (group, lookup) in enumerate(zip(self._groups, lookups, strict=True)):
-            if not group.pending:
-                continue
-            choice = measured_choice(
-                group.tables,
-                [lookup],
-                group.hot_rows,
-                cache=self.config.cache,
-                trace=self.config.trace or "dropin",
-                reps=MEASURE_REPS,
-            )
-            group.choice, group.kernel = build_choice(choice, group.tables, group.hot_rows)
-            group.pending = False
-            self._tuned[(g, _where(group.tables))] = group.choice
+            if group.pending:
+                measure(group, lookup, self.config)
+                self._tuned[(g, _where(group.tables))] = group.choice
 
     def _pool(self, lookups: list[Lookup]) -> list[torch.Tensor]:
         """Per group, its slots pooled: ``[B, T_group, D]`` float32 (no lookups: no bags)."""
@@ -417,7 +345,7 @@ class EmbeddingBags(nn.Module):
             ]
         return [g.kernel(lk) for g, lk in zip(self._groups, lookups, strict=True)]
 
-    def _out_dtype(self, s: int, group: _Group) -> torch.dtype:
+    def _out_dtype(self, s: int, group: Group) -> torch.dtype:
         return self._tables[self._slots[s].table].out_dtype or group.tables.out_dtype
 
     def _per_slot(self, pooled: list[torch.Tensor], cast_out: bool) -> list[torch.Tensor]:
@@ -459,56 +387,15 @@ class EmbeddingBags(nn.Module):
         device, ``kernels_for``, less those that remap hot rows when there are none) on this
         example input (what ``forward`` takes), cache the winners (``config.cache``, under
         ``trace``) and run them from now on; ``kernel="auto"`` finds them later."""
-        from recperf.embed.autotune import autotune
-
         check_range("reps", reps, 1, None)
         parts, batch = self._parts(indices, offsets, per_sample_weights)
         if batch == 0:
             raise ConfigError("tune: the example input has no bags")
         lookups = self._lookups(parts, batch)
         for g, group in enumerate(self._groups):
-            names = list(variants or self._default_variants(group))
-            self._check_variants(names, group)
-            extra = {
-                v: {"hot_rows": group.hot_rows}
-                for v in names
-                if group.hot_rows is not None and takes_hot_rows(v)
-            }
-            result = autotune(
-                group.tables,
-                [lookups[g]],
-                variants=names,
-                trace=trace,
-                reps=reps,
-                cache=self.config.cache,
-                extra=extra,
-            )
-            when = "when tuned (cached)" if result.cached else "on the example"
-            choice = KernelChoice(
-                kernel=result.kernel,
-                params=result.params,
-                source="autotune cache" if result.cached else "tuned",
-                note=f"{result.ms:.3f} ms per batch {when}",
-            )
-            self._tuned[(g, _where(group.tables))] = choice
-            group.choice, group.kernel = choice, build(choice, group.tables, group.hot_rows)
+            tune_group(group, lookups[g], self.config, variants=variants, reps=reps, trace=trace)
+            self._tuned[(g, _where(group.tables))] = group.choice
         return self.choices
-
-    def _hot_ok(self, group: _Group) -> bool:
-        return group.hot_rows is not None or self.config.count_hot_rows
-
-    def _default_variants(self, group: _Group) -> list[str]:
-        names = kernels_for(group.tables.row_format, group.tables.device.type)
-        return [n for n in names if self._hot_ok(group) or not takes_hot_rows(n)]
-
-    def _check_variants(self, names: Sequence[str], group: _Group) -> None:
-        for name in names:
-            try:
-                check_reads(name, group.tables)
-            except ConfigError as exc:
-                raise ConfigError(f"variants: {self._labels(group.slots)}: {exc}") from None
-            if not self._hot_ok(group) and takes_hot_rows(name):
-                raise ConfigError(f"variants: {NO_HOT.format(name=name)}")
 
     def quantize(
         self,

@@ -1,0 +1,172 @@
+"""Which kernel each group of a drop-in module's tables runs: the one named, ``auto``'s cached
+winner or, with none, the fastest timed on the first forward's input, or the winner ``tune``
+timed on an example; a kernel that cannot read the group's rows, or remaps hot rows without
+any, is refused in one line naming the tables."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from recperf.core.errors import ConfigError, RecperfError
+from recperf.embed.dropin_config import NO_HOT, DropInConfig
+from recperf.embed.kernel_choice import (
+    AUTO,
+    REFERENCE,
+    KernelChoice,
+    build,
+    build_choice,
+    cached_winner,
+    measured_choice,
+    takes_hot_rows,
+)
+from recperf.embed.kernels.base import EmbeddingKernel, Lookup, Tables, check_reads, kernels_for
+
+MEASURE_REPS = 5
+"""Timed rounds per kernel when ``auto`` measures on the first forward."""
+
+
+@dataclass(slots=True)
+class Group:
+    """Slots whose tables one batched ``Tables`` holds (same width, row format and pooling),
+    and the kernel that pools them."""
+
+    slots: tuple[int, ...]
+    tables: Tables
+    labels: str
+    """The tables, as errors name them (``bags[0], bags[3]``)."""
+    hot_rows: tuple[torch.Tensor, ...] | None
+    choice: KernelChoice
+    kernel: EmbeddingKernel
+    pending: bool = False
+    """``auto`` found no cached winner: the kernels are timed on the first forward's input."""
+
+
+def make_group(
+    slots: tuple[int, ...],
+    tables: Tables,
+    labels: str,
+    hot: tuple[torch.Tensor, ...] | None,
+    config: DropInConfig,
+    options: Mapping[str, Any],
+    tuned: KernelChoice | None = None,
+) -> Group:
+    """The group with its kernel built: ``tuned`` (a winner timed here before) or as
+    ``config`` says."""
+    choice = tuned or _named(config, options, tables, hot)
+    if choice.source in ("named", "tuned"):
+        try:
+            check_reads(choice.kernel, tables)
+        except ConfigError as exc:  # name the tables whose rows it cannot read
+            raise ConfigError(f"{labels}: {exc}") from None
+    pending = choice.source == "fallback" and config.kernel == AUTO and config.measure
+    if pending:
+        choice = replace(choice, note=f"{choice.note}; the kernels are timed on the first forward")
+    choice, kernel = build_choice(choice, tables, hot)
+    return Group(slots, tables, labels, hot, choice, kernel, pending)
+
+
+def _named(
+    config: DropInConfig,
+    options: Mapping[str, Any],
+    tables: Tables,
+    hot: tuple[torch.Tensor, ...] | None,
+) -> KernelChoice:
+    if config.kernel != AUTO:
+        return KernelChoice(kernel=config.kernel, params=options)
+    choice = cached_winner(
+        tables, cache=config.cache, batch_size=config.batch_size, trace=config.trace
+    )
+    if hot is None and not config.count_hot_rows and _remaps(choice.kernel):
+        why = (
+            f"cached winner {choice.kernel!r} remaps hot rows and none were given "
+            "(hot_rows, a sample, or count_hot_rows)"
+        )
+        return KernelChoice(kernel=REFERENCE, source="fallback", note=why)
+    return choice
+
+
+def _remaps(kernel: str) -> bool:
+    try:
+        return takes_hot_rows(kernel)
+    except RecperfError:  # not registered here: build_choice says so
+        return False
+
+
+def measure(group: Group, lookup: Lookup, config: DropInConfig) -> None:
+    """A pending group's kernels timed on ``lookup`` (``measured_choice``, which caches the
+    winner), the winner built to run from now on."""
+    choice = measured_choice(
+        group.tables,
+        [lookup],
+        group.hot_rows,
+        cache=config.cache,
+        trace=config.trace or "dropin",
+        reps=MEASURE_REPS,
+    )
+    group.choice, group.kernel = build_choice(choice, group.tables, group.hot_rows)
+    group.pending = False
+
+
+def tune(
+    group: Group,
+    lookup: Lookup,
+    config: DropInConfig,
+    *,
+    variants: Sequence[str] | None,
+    reps: int,
+    trace: str,
+) -> None:
+    """``variants`` (default ``default_variants``) timed on ``lookup`` by the autotuner (its
+    cache is ``config.cache``), the winner built to run from now on."""
+    from recperf.embed.autotune import autotune
+
+    names = list(variants or default_variants(group, config))
+    _check_variants(names, group, config)
+    extra = {
+        v: {"hot_rows": group.hot_rows}
+        for v in names
+        if group.hot_rows is not None and takes_hot_rows(v)
+    }
+    result = autotune(
+        group.tables,
+        [lookup],
+        variants=names,
+        trace=trace,
+        reps=reps,
+        cache=config.cache,
+        extra=extra,
+    )
+    when = "when tuned (cached)" if result.cached else "on the example"
+    group.choice = KernelChoice(
+        kernel=result.kernel,
+        params=result.params,
+        source="autotune cache" if result.cached else "tuned",
+        note=f"{result.ms:.3f} ms per batch {when}",
+    )
+    group.kernel = build(group.choice, group.tables, group.hot_rows)
+    group.pending = False
+
+
+def _hot_ok(group: Group, config: DropInConfig) -> bool:
+    return group.hot_rows is not None or config.count_hot_rows
+
+
+def default_variants(group: Group, config: DropInConfig) -> list[str]:
+    """Every kernel that reads the group's rows and runs natively on its device
+    (``kernels_for``), less those that remap hot rows when there are none."""
+    names = kernels_for(group.tables.row_format, group.tables.device.type)
+    return [n for n in names if _hot_ok(group, config) or not takes_hot_rows(n)]
+
+
+def _check_variants(names: Sequence[str], group: Group, config: DropInConfig) -> None:
+    for name in names:
+        try:
+            check_reads(name, group.tables)
+        except ConfigError as exc:
+            raise ConfigError(f"variants: {group.labels}: {exc}") from None
+        if not _hot_ok(group, config) and takes_hot_rows(name):
+            raise ConfigError(f"variants: {NO_HOT.format(name=name)}")
