@@ -118,8 +118,52 @@ def test_kernel_compiles_for_ampere_fp16_weighted_mean_odd_dim() -> None:
     shapes = data["shapes"]
     assert isinstance(shapes, list) and len(shapes) == 2
     for s in shapes:
-        assert (s["arch"], s["dtype"], s["weighted"], s["pooling"]) == (80, "float16", True, "mean")
+        assert (s["arch"], s["fmt"], s["weighted"], s["pooling"]) == (80, "fp16", True, "mean")
         assert s["registers"] > 0 and s["blocks_per_sm"] >= 1
+
+
+_COMPILE_FORMATS = """
+    import json
+    from recperf.embed.kernels.compiled import compile_tbe
+    from recperf.embed.kernels.triton_tbe import TBEConfig
+    cfg = TBEConfig(block_d=128, block_n=16, num_warps=4, prefetch=1)
+    rows = [
+        compile_tbe(cfg, cc=cc, fmt=fmt, weighted=True).to_json()
+        for cc in (80, 90) for fmt in ("bf16", "fp8", "int8", "int4")
+    ]
+    print(json.dumps(rows))
+"""
+
+
+@pytest.mark.slow
+def test_every_quantized_row_format_compiles_for_ampere_and_hopper() -> None:
+    # sm_80 has no fp8 conversion instructions: fp8 compiling there shows the integer decode.
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = textwrap.dedent(_COMPILE_FORMATS)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if "ptxas is not available" in run.stderr:
+        pytest.skip("this Triton has no bundled ptxas")
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = json.loads(run.stdout)
+    got = [(r["arch"], r["fmt"]) for r in rows]
+    assert got == [(cc, f) for cc in (80, 90) for f in ("bf16", "fp8", "int8", "int4")]
+    for r in rows:
+        assert 0 < r["registers"] <= 255 and r["spill_bytes"] == 0, r
+        assert r["vector_loads"] > 0, r  # D = 128 codes (int4: 64 bytes a row) load as vectors
+        assert r["loop_barriers"] == 0 and r["blocks_per_sm"] >= 1, r
+
+
+def test_stand_in_rows_are_laid_out_as_the_kernels_lay_out_tables() -> None:
+    rows = compiled.stand_in_rows("int4", 128)
+    assert rows.data.shape == (1, 64) and rows.data.dtype == torch.uint8
+    # row 0's scale and bias just before its codes (4 bytes: the pointer's alignment at launch)
+    assert rows.scale_bias.dtype == torch.float16
+    assert rows.data.data_ptr() - rows.scale_bias.data_ptr() == 4
+    assert compiled.stand_in_rows("bf16", 8).data.dtype == torch.bfloat16
+    with pytest.raises(ConfigError, match=r"^dim: int4 packs two columns per byte; 5 is odd"):
+        compiled.stand_in_rows("int4", 5)
+    with pytest.raises(ConfigError, match=r"^fmt: 'int9' is not a row format"):
+        compiled.stand_in_rows("int9", 4)
 
 
 def _fake_compile_tbe(cfg: TBEConfig, **kwargs: Any) -> KernelResources:
@@ -129,7 +173,7 @@ def _fake_compile_tbe(cfg: TBEConfig, **kwargs: Any) -> KernelResources:
     dims = {"registers": kwargs["dim"], "shared_bytes": kwargs["batch"]}
     return KernelResources(
         arch=kwargs["cc"],
-        dtype=str(kwargs["dtype"]).removeprefix("torch."),
+        fmt=kwargs["fmt"],
         weighted=kwargs["weighted"],
         pooling=kwargs["pooling"],
         **asdict(cfg),
@@ -153,7 +197,7 @@ def test_compile_shapes_makes_one_row_per_shape_and_a_failed_shape_a_row(
     shapes = configs((64,), (16, 32), (4,), (1,), (0, 1))
     fractions: list[float] = []
     rows = compile_shapes(
-        shapes, cc=80, dtype=torch.float16, weighted=True, pooling="mean", dim=100, batch=512,
+        shapes, cc=80, fmt="int4", weighted=True, pooling="mean", dim=100, batch=512,
         tables=3, progress=fractions.append,
     )  # fmt: skip
     assert fractions == [0.25, 0.5, 0.75, 1.0]
@@ -161,8 +205,8 @@ def test_compile_shapes_makes_one_row_per_shape_and_a_failed_shape_a_row(
     assert rows[1] == {**asdict(shapes[1]), "error": "compile: prefetch=1 failed"}
     ok = rows[0]
     assert set(ok) == {f.name for f in fields(KernelResources)}
-    setup = (80, "float16", True, "mean")
-    assert (ok["arch"], ok["dtype"], ok["weighted"], ok["pooling"]) == setup
+    setup = (80, "int4", True, "mean")
+    assert (ok["arch"], ok["fmt"], ok["weighted"], ok["pooling"]) == setup
     assert (ok["registers"], ok["shared_bytes"], ok["vector_loads"]) == (100, 512, 3)
     assert compile_shapes([]) == []
 
@@ -199,8 +243,8 @@ def test_compile_shapes_for_hopper_equals_compiling_each_shape() -> None:
     shapes = [(r["block_d"], r["block_n"], r["prefetch"]) for r in rows]
     assert shapes == [(128, 16, 0), (128, 16, 2)]
     for row, same in zip(rows, direct, strict=True):
-        setup = (row["arch"], row["dtype"], row["pooling"], row["weighted"])
-        assert setup == (90, "float32", "sum", False)
+        setup = (row["arch"], row["fmt"], row["pooling"], row["weighted"])
+        assert setup == (90, "fp32", "sum", False)
         assert 0 < row["registers"] <= 255 and row["loop_barriers"] == 0
         # the loop adds nothing to one shape's compile but its time
         assert {k: v for k, v in row.items() if k != "compile_s"} == {

@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.embed.kernels import KERNELS, Tables, l2pin, make_lookup
+from recperf.embed.kernels.base import KernelCase, case_inputs, magnitude, mismatch
+from recperf.embed.kernels.formats import ROW_FORMATS, SCALE_BIAS_BYTES
 from recperf.embed.kernels.hotrows import HotRowCounter, HotRowKernel, HotRowRemap
+from recperf.embed.kernels.rowbuffer import ALIGN
 
 
 def _tables(rows: list[int], dim: int = 3, seed: int = 0) -> Tables:
@@ -118,6 +121,59 @@ def test_static_hot_rows_are_used_as_given() -> None:
     lookup = make_lookup(tables, batch_size=2, pooling_factor=3, seed=4, weighted=True)
     ref = KERNELS.build("torch", None, tables)(lookup)
     torch.testing.assert_close(kernel(lookup), ref, rtol=1e-6, atol=1e-5)
+
+
+def _quantized(fmt: str, rows: tuple[int, ...] = (9, 1, 12), dim: int = 6) -> Tables:
+    case = KernelCase(rows=rows, dim=dim, fmt=fmt, pooling="sum", batch_size=1, max_len=0,
+                      weighted=False, seed=5)  # fmt: skip
+    return case_inputs(case)[0]
+
+
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
+def test_hot_first_layout_moves_scale_and_bias_with_their_rows(fmt: str) -> None:
+    tables = _quantized(fmt)
+    hot = [torch.tensor([4, 8]), torch.tensor([0]), torch.tensor([11, 2, 5])]
+    remap = HotRowRemap(tables, hot)
+    rows = remap.rows
+    # Every position of the buffer holds its original row's data, and its scale and bias.
+    old = torch.argsort(torch.cat(remap.remaps))  # position -> row of the concatenated tables
+    data = torch.cat(tables.weights)
+    assert torch.equal(rows.data, data[old])
+    assert remap.hot_count == 6 and remap.hot_bytes == 6 * tables.row_bytes
+    window = remap.hot_window
+    assert window.is_contiguous() and window.numel() * window.element_size() == remap.hot_bytes
+    if tables.scale_bias is None:
+        assert torch.equal(window, rows.data[:6]) and rows.scale_bias is rows.data
+        return
+    sb = torch.cat(tables.scale_bias)[old]
+    n, cols = rows.rows, int(data.shape[1])
+    # The layout the kernel reads: row r's 4 bytes 4r before row 0's, codes from an aligned row 0.
+    assert rows.codes_offset % ALIGN == 0
+    raw = rows.storage
+    for p in range(n):
+        at = rows.codes_offset - SCALE_BIAS_BYTES * (p + 1)
+        assert torch.equal(raw[at : at + SCALE_BIAS_BYTES], sb[p])
+        assert torch.equal(raw[rows.codes_offset + p * cols :][:cols], data[old[p]])
+    # The pinned window: the hot rows' scale and bias (last hot row first), then their codes.
+    assert torch.equal(window[: 6 * SCALE_BIAS_BYTES].view(6, SCALE_BIAS_BYTES), sb[:6].flip(0))
+    assert torch.equal(window[6 * SCALE_BIAS_BYTES :].view(6, cols), rows.data[:6])
+    assert rows.scale_bias.dtype == torch.float16
+    assert rows.scale_bias.data_ptr() == raw.data_ptr() + rows.codes_offset - SCALE_BIAS_BYTES
+
+
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
+def test_hot_kernels_read_every_row_format(fmt: str) -> None:
+    tables = _quantized(fmt, rows=(20, 3, 14), dim=10)
+    ref = KERNELS.build("torch", None, tables)
+    hot = (torch.tensor([3, 19, 0]), torch.tensor([2]), torch.tensor([13, 1]))
+    given = KERNELS.build("combined", {"prefetch": 2, "block_n": 4}, tables, hot_rows=hot)
+    counted = KERNELS.build("hot-l2", {"hot_fraction": 0.5, "refresh": 1}, tables)
+    for seed in range(2):  # the counted kernel re-chooses its hot rows after each call
+        lookup = make_lookup(tables, batch_size=3, pooling_factor=4, seed=seed, weighted=True)
+        want, bound = ref(lookup), magnitude(tables, lookup)
+        for kernel in (given, counted):
+            assert mismatch(kernel(lookup), want, bound, fmt) == "", kernel.name
+    assert isinstance(counted, HotRowKernel) and counted.remapper.hot_count > 0
 
 
 @pytest.mark.parametrize(

@@ -20,13 +20,21 @@ from recperf.embed.kernels import (
     make_lookup,
     triton_tbe,
 )
-from recperf.embed.kernels.base import KernelCase, case_inputs, magnitude, mismatch
+from recperf.embed.kernels.base import (
+    KernelCase,
+    case_inputs,
+    kernel_traits,
+    magnitude,
+    mismatch,
+)
+from recperf.embed.kernels.formats import ROW_FORMATS
 from recperf.embed.kernels.hotrows import CombinedConfig, HotL2Config
 from recperf.embed.kernels.peers import FbgemmTBEConfig
 from recperf.embed.kernels.torch_hot import TorchHotConfig
 from recperf.embed.kernels.triton_tbe import TritonConfig, TritonPrefetchConfig
 
 NAMES = KERNELS.names()
+TRITON = ["triton", "triton-prefetch", "hot-l2", "combined"]
 LAUNCH = ["bags_per_program", "block_d", "block_n", "num_warps"]
 
 
@@ -76,7 +84,12 @@ def test_all_kernels_registered_with_their_config_and_space() -> None:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_check_kernel_passes(name: str) -> None:
-    check_kernel(name, seed=1, cases=6)
+    check_kernel(name, seed=1, cases=3)  # 3 random cases in each row format the kernel reads
+
+
+@pytest.mark.parametrize("name", TRITON)
+def test_triton_kernels_read_every_row_format(name: str) -> None:
+    assert kernel_traits(name).formats == frozenset(ROW_FORMATS)
 
 
 def _compare(name: str, case: KernelCase, options: dict[str, Any] | None = None) -> None:
@@ -91,7 +104,7 @@ def _compare(name: str, case: KernelCase, options: dict[str, Any] | None = None)
     name=st.sampled_from(NAMES),
     rows=st.lists(st.integers(1, 40), min_size=1, max_size=3),
     dim=st.sampled_from([1, 3, 8, 33]),
-    half=st.booleans(),
+    pick=st.integers(0, len(ROW_FORMATS) - 1),
     mean=st.booleans(),
     batch=st.integers(1, 4),
     max_len=st.integers(0, 5),
@@ -102,17 +115,19 @@ def test_kernel_equals_reference_on_random_shapes(
     name: str,
     rows: list[int],
     dim: int,
-    half: bool,
+    pick: int,
     mean: bool,
     batch: int,
     max_len: int,
     weighted: bool,
     seed: int,
 ) -> None:
+    formats = [f for f in ROW_FORMATS if f in kernel_traits(name).formats]
+    fmt = formats[pick % len(formats)]  # a row format the kernel reads
     case = KernelCase(
         rows=tuple(rows),
-        dim=dim,
-        fmt="fp16" if half else "fp32",
+        dim=dim + 1 if fmt == "int4" and dim % 2 else dim,  # int4 packs two columns per byte
+        fmt=fmt,
         pooling="mean" if mean else "sum",
         batch_size=batch,
         max_len=max_len,
@@ -162,6 +177,40 @@ def test_every_tunable_value_is_accepted_and_correct(name: str, param: str, valu
         seed=value,
     )
     _compare(name, case, {param: value})
+
+
+@pytest.mark.parametrize("name", ["triton", "combined"])  # no prefetch; prefetch 2, hot-first
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
+def test_every_row_format_over_several_column_blocks_and_chunks(name: str, fmt: str) -> None:
+    # D = 40 with block_d = 16: three column blocks, the last ragged (int4: 8 bytes a block, the
+    # last masked at byte 20); block_n = 4 and bags of up to 9 ids: chunks, prefetched ones too.
+    # (check_kernel's cases fit one column block.)
+    case = KernelCase(
+        rows=(30, 1, 17),
+        dim=40,
+        fmt=fmt,
+        pooling="mean",
+        batch_size=3,
+        max_len=9,
+        weighted=True,
+        seed=11,
+    )
+    options: dict[str, Any] = {"block_d": 16, "block_n": 4, "bags_per_program": 2}
+    if "prefetch" in KERNELS.entry(name).space:
+        options["prefetch"] = 2
+    _compare(name, case, options)
+
+
+def test_every_fp8_byte_decodes_as_torch_does() -> None:
+    # All 256 e4m3fn codes (zeros, subnormals, the largest 448, NaN at 0x7F and 0xFF) as 16 rows
+    # of 16, one row per bag: the kernel's integer decode equals torch's float8_e4m3fn exactly.
+    tables = Tables(weights=(torch.arange(256, dtype=torch.uint8).view(16, 16),), fmt="fp8")
+    lookup = Lookup(indices=torch.arange(16), offsets=torch.arange(17), batch_size=16)
+    out = KERNELS.build("triton", {"bags_per_program": 4}, tables)(lookup)
+    want = tables.weights[0].view(torch.float8_e4m3fn).float()
+    assert torch.isnan(want[7, 15]) and want[0, 1] == 2.0**-9 and want[7, 14] == 448.0
+    assert want[8, 1] == -(2.0**-9) and torch.isnan(want[15, 15])
+    torch.testing.assert_close(out[:, 0], want, rtol=0, atol=0, equal_nan=True)
 
 
 def test_options_from_the_cli_are_strings_converted_by_the_config() -> None:
@@ -349,9 +398,10 @@ def test_torch_hot_puts_the_given_hot_rows_first_and_stays_exact() -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_kernel_matches_the_reference_on_cuda(name: str) -> None:
     """On a GPU, compiled (run with TRITON_INTERPRET=0: tests/conftest.py defaults to
-    the interpreter), on the same random shapes as on the CPU, fp16 and weights included."""
+    the interpreter), on random shapes in every row format the kernel reads, weights included
+    (4 cases a format, as benchmarks/embed_gpu.py's device check: it finds them compiled)."""
     if not base.kernel_traits(name).gpu:
         pytest.skip(f"{name} runs on the CPU only")
     if triton_tbe._JIT_INTERPRETED and name not in ("torch", "torch-hot", "bag-concat"):
         pytest.skip("Triton is interpreted here; run the GPU tests with TRITON_INTERPRET=0")
-    check_kernel(name, device="cuda")
+    check_kernel(name, device="cuda", cases=4)

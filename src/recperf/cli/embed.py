@@ -160,7 +160,7 @@ def bench_cmd(
 def compile_cmd(
     settings: Settings,
     arch: int = typer.Option(90, help="Compute capability: 80, 86, 89 or 90 (H100/H200)."),
-    dtype: str = typer.Option("fp32", help="fp32 or fp16 weights."),
+    dtype: str = typer.Option("fp32", help="Row format: fp32, fp16, bf16, fp8, int8 or int4."),
     pooling: str = typer.Option("sum", help="sum or mean."),
     weighted: bool = typer.Option(False, help="With per-sample weights."),
     dim: int = typer.Option(128, help="Embedding dimension D."),
@@ -177,8 +177,6 @@ def compile_cmd(
     Shows each launch shape's registers, spills, shared memory and theoretical occupancy."""
     import os
 
-    import torch
-
     from recperf.core.errors import ConfigError
     from recperf.core.progress import progress_bar
 
@@ -186,11 +184,10 @@ def compile_cmd(
         raise ConfigError("TRITON_INTERPRET=1: compiling for a GPU needs the interpreter off")
     from recperf.embed.kernels.compiled import arch as arch_limits
     from recperf.embed.kernels.compiled import compile_shapes, configs
+    from recperf.embed.kernels.formats import check_format
     from recperf.embed.kernels.triton_tbe import default_block_d
 
-    dtypes = {"fp32": torch.float32, "fp16": torch.float16}
-    if dtype not in dtypes:
-        raise ConfigError(f"--dtype {dtype!r}: expected fp32 or fp16")
+    check_format(dtype, "--dtype")
     if pooling not in ("sum", "mean"):
         raise ConfigError(f"--pooling {pooling!r}: expected sum or mean")
     limits = arch_limits(arch)
@@ -203,7 +200,7 @@ def compile_cmd(
     )
     with progress_bar(f"compiling {len(shapes)} launch shapes for sm_{arch}") as bar:
         rows = compile_shapes(
-            shapes, cc=arch, dtype=dtypes[dtype], weighted=weighted, pooling=pooling,  # type: ignore[arg-type]
+            shapes, cc=arch, fmt=dtype, weighted=weighted, pooling=pooling,  # type: ignore[arg-type]
             dim=dim, batch=batch, tables=tables, progress=bar,
         )  # fmt: skip
     settings.emit({"arch": arch, "gpus": limits.gpus, "shapes": rows}, "compile.json")

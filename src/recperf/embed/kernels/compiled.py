@@ -23,7 +23,9 @@ import torch
 
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.progress import ProgressFn
-from recperf.embed.kernels.base import Pooling
+from recperf.embed.kernels.base import Pooling, Tables
+from recperf.embed.kernels.formats import check_format, quantize
+from recperf.embed.kernels.rowbuffer import RowBuffer, combine
 from recperf.embed.kernels.triton_tbe import _JIT_INTERPRETED, TBEConfig, _tbe_kernel, kernel_args
 
 
@@ -123,7 +125,8 @@ class KernelResources:
     """One launch shape compiled for one architecture."""
 
     arch: int
-    dtype: str
+    fmt: str
+    """The row format (``formats.ROW_FORMATS``)."""
     weighted: bool
     pooling: str
     block_d: int
@@ -200,19 +203,28 @@ def _shape(cfg: TBEConfig) -> str:
     )
 
 
+def stand_in_rows(fmt: str, dim: int) -> RowBuffer:
+    """One zero row of width ``dim`` in ``fmt``, laid out as the kernels lay out their tables (so
+    its pointers have the launch's alignment and its row stride the launch's); a ConfigError
+    naming the field for a width the format cannot hold (int4 with an odd ``dim``)."""
+    data, sb = quantize(torch.zeros(1, dim), check_format(fmt, "fmt"))
+    return combine(Tables(weights=(data,), fmt=fmt, scale_bias=None if sb is None else (sb,)))
+
+
 def compile_tbe(
     cfg: TBEConfig,
     *,
     cc: int = 90,
-    dtype: torch.dtype = torch.float32,
+    fmt: str = "fp32",
     weighted: bool = False,
     pooling: Pooling = "sum",
     dim: int = 128,
     batch: int = 2048,
     tables: int = 12,
 ) -> KernelResources:
-    """Compile ``_tbe_kernel`` for compute capability ``cc`` with ``cfg`` and these shapes (the
-    integer arguments are specialised as at launch, e.g. on divisibility by 16)."""
+    """Compile ``_tbe_kernel`` for compute capability ``cc`` with ``cfg``, rows in ``fmt`` (any row
+    format) and these shapes (the integer arguments are specialised as at launch, e.g. on
+    divisibility by 16)."""
     import triton  # type: ignore[import-untyped]
     from triton.backends.compiler import GPUTarget  # type: ignore[import-untyped]
     from triton.compiler import ASTSource, make_backend  # type: ignore[import-untyped]
@@ -224,15 +236,14 @@ def compile_tbe(
             "compile: TRITON_INTERPRET=1 was set when the kernels were imported; unset it to "
             "compile for a GPU"
         )
-    if dtype not in (torch.float32, torch.float16):
-        raise ConfigError(f"dtype: {dtype} is not float32 or float16")
     for name, value in (("dim", dim), ("batch", batch), ("tables", tables)):
         if value < 1:
             raise ConfigError(f"{name}: {value} must be >= 1")
     # Small CPU stand-ins: only dtypes, alignment and the integer arguments reach the compiler.
+    rows = stand_in_rows(fmt, dim)
     ids = torch.zeros(2, dtype=torch.int64)
     args, kwargs = kernel_args(
-        torch.empty(1, dim, dtype=dtype),
+        rows,
         torch.zeros(tables, dtype=torch.int64),
         ids,
         torch.zeros(tables * batch + 1, dtype=torch.int64),
@@ -277,7 +288,7 @@ def compile_tbe(
     occ = occupancy(limits, usage.registers, cfg.num_warps, shared)
     return KernelResources(
         arch=cc,
-        dtype=str(dtype).removeprefix("torch."),
+        fmt=fmt,
         weighted=weighted,
         pooling=pooling,
         block_d=cfg.block_d,
@@ -303,7 +314,7 @@ def compile_shapes(
     shapes: Sequence[TBEConfig],
     *,
     cc: int = 90,
-    dtype: torch.dtype = torch.float32,
+    fmt: str = "fp32",
     weighted: bool = False,
     pooling: Pooling = "sum",
     dim: int = 128,
@@ -319,7 +330,7 @@ def compile_shapes(
     for i, cfg in enumerate(shapes):
         try:
             res = compile_tbe(
-                cfg, cc=cc, dtype=dtype, weighted=weighted, pooling=pooling, dim=dim,
+                cfg, cc=cc, fmt=fmt, weighted=weighted, pooling=pooling, dim=dim,
                 batch=batch, tables=tables,
             )  # fmt: skip
             rows.append(res.to_json())

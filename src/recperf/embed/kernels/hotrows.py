@@ -15,6 +15,7 @@ from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.embed.kernels.base import KERNELS, Lookup, Tables, check_tables_match
 from recperf.embed.kernels.l2pin import L2Window
+from recperf.embed.kernels.rowbuffer import combine, table_bases
 from recperf.embed.kernels.torch_hot import check_hot_fraction
 from recperf.embed.kernels.triton_tbe import (
     LAUNCH_SPACE,
@@ -55,12 +56,6 @@ class CombinedConfig(HotL2Config):
         check_prefetch(self.prefetch)
 
 
-def table_bases(tables: Tables) -> torch.Tensor:
-    """Each table's first row in the tables concatenated in order (int64 [T], on the CPU)."""
-    rows = torch.tensor((0, *tables.rows[:-1]), dtype=torch.int64)
-    return torch.cumsum(rows, 0)
-
-
 def split_rows(x: torch.Tensor, rows: Sequence[int]) -> list[torch.Tensor]:
     """``x`` (one entry per row of the concatenated tables) cut into per-table views."""
     starts = list(itertools.accumulate(rows, initial=0))
@@ -77,7 +72,8 @@ def global_ids(lookup: Lookup, bases: torch.Tensor) -> torch.Tensor:
 
 class HotRowRemap:
     """The combined buffer with ``hot_rows`` (per table, most frequent first) moved to the front,
-    the other rows after them in their original order; exact by construction.
+    the other rows after them in their original order, each in its row format with its scale and
+    bias (``rowbuffer.combine``); exact by construction.
 
     The hot region interleaves the tables by rank (every table's hottest row, then every table's
     second, ...), so any prefix of it, such as the part an L2 window smaller than the region
@@ -100,9 +96,11 @@ class HotRowRemap:
         remap = torch.empty(total, dtype=torch.int64)
         remap[order] = torch.arange(total)
         dev = tables.device
-        self.buffer = torch.cat(tables.weights)[order.to(dev)].contiguous()
+        self.rows = combine(tables, order)
+        self.buffer = self.rows.data
         self.hot_count = int(hot.numel())
-        self.hot_bytes = self.hot_count * tables.dim * self.buffer.element_size()
+        self.hot_window = self.rows.window(self.hot_count)
+        self.hot_bytes = self.hot_window.numel() * self.hot_window.element_size()
         self.remaps = tuple(r.to(dev) for r in split_rows(remap, tables.rows))
         self._remap = remap.to(dev)
         self._bases = bases.to(dev)
@@ -110,7 +108,9 @@ class HotRowRemap:
 
     @property
     def hot_region(self) -> torch.Tensor:
-        """The hot rows: ``buffer[:hot_count]``, one contiguous block."""
+        """The hot rows as stored (floats or codes): ``buffer[:hot_count]``, one contiguous block;
+        ``hot_window`` is that block with the rows' scale and bias, ``hot_bytes`` long (what is
+        pinned)."""
         return self.buffer[: self.hot_count]
 
     def remap(self, lookup: Lookup) -> Lookup:
@@ -190,9 +190,9 @@ class HotRowKernel:
             if self.calls % self.refresh == 0:
                 self.remapper = HotRowRemap(self.tables, self.counter.hottest(self.hot_fraction))
         r = self.remapper
-        with L2Window(r.hot_region) as window:
+        with L2Window(r.hot_window) as window:
             out = tbe_forward(
-                r.buffer, r.zero_bases, r.remap(lookup), self.tables.pooling, self.config
+                r.rows, r.zero_bases, r.remap(lookup), self.tables.pooling, self.config
             )
         self.last_window = window
         return out

@@ -1,6 +1,8 @@
 """Table-batched embedding bags in Triton: ``triton`` (one launch for all tables over one combined
 row buffer) and ``triton-prefetch`` (the same with the next chunk's loads issued before the current
-chunk is accumulated). Their Configs' fields (block_d, block_n, num_warps, bags_per_program,
+chunk is accumulated), reading every row format: one kernel body, the format a compile-time switch
+(``FMT``), the rows loaded as stored and dequantized in registers, pooled in float32. Their
+Configs' fields (block_d, block_n, num_warps, bags_per_program,
 prefetch) are the occupancy and latency-hiding levers an autotuner sweeps; ``TBEConfig`` is the
 resolved launch shape the kernel and the ahead-of-time compiler take."""
 
@@ -24,6 +26,8 @@ from recperf.embed.kernels.base import (
     Tables,
     check_tables_match,
 )
+from recperf.embed.kernels.formats import INTEGER_FORMATS, ROW_FORMATS, dim_of
+from recperf.embed.kernels.rowbuffer import RowBuffer, combine, table_bases
 
 # triton.jit picks compiled or interpreted kernels when this module is imported.
 _JIT_INTERPRETED = bool(triton.knobs.runtime.interpret)
@@ -52,66 +56,143 @@ distance); ``recperf embed compile`` sweeps it by default."""
 
 
 @triton.jit
-def _gather(buf_ptr, idx_ptr, psw_ptr, base, start, end, dim, d, d_ok, HAS_W, BLOCK_N):  # type: ignore[no-untyped-def]
-    # One chunk of a bag: BLOCK_N ids from ``start`` (masked at ``end``) and their rows' d-block.
+def _gather(  # type: ignore[no-untyped-def]
+    buf_ptr, sb_ptr, idx_ptr, psw_ptr, base, start, end, stride, c, c_ok, HAS_W, BLOCK_N, FMT
+):  # fmt: skip
+    # One chunk of a bag: BLOCK_N ids from ``start`` (masked at ``end``), their rows' stored
+    # columns ``c`` (floats or codes; int4: bytes, two columns each) and, for int8/int4, their
+    # scale and bias. Nothing is converted here, so a prefetched chunk's loads stay in flight
+    # until ``_weigh`` uses them.
     n = start + tl.arange(0, BLOCK_N)
     n_ok = n < end
     rows = tl.load(idx_ptr + n, mask=n_ok, other=0) + base
     tile = tl.load(
-        buf_ptr + rows[:, None] * dim + d[None, :], mask=n_ok[:, None] & d_ok[None, :], other=0.0
+        buf_ptr + rows[:, None] * stride + c[None, :], mask=n_ok[:, None] & c_ok[None, :], other=0
     )
     w = tl.load(psw_ptr + n, mask=n_ok, other=0.0) if HAS_W else n_ok.to(tl.float32)
-    return tile, w
+    if FMT == "int8" or FMT == "int4":
+        # Row r's scale and bias lie 4r bytes before row 0's (rowbuffer.combine); masked rows
+        # get 0 and 0, so their codes (also 0) pool to exactly 0.
+        scale = tl.load(sb_ptr - 2 * rows, mask=n_ok, other=0.0)
+        bias = tl.load(sb_ptr - 2 * rows + 1, mask=n_ok, other=0.0)
+    else:
+        scale = w
+        bias = w
+    return tile, scale, bias, w
 
 
 @triton.jit
-def _weigh(tile, w, HAS_W):  # type: ignore[no-untyped-def]
-    # A chunk's rows in float32, each times its per-sample weight (masked rows are already 0).
-    x = tile.to(tl.float32)
+def _fp8_e4m3(code):  # type: ignore[no-untyped-def]
+    # e4m3fn bytes to float32 by integer operations, so every architecture (sm_80 has no fp8
+    # conversion) and the interpreter decode alike, exactly: a normal number's exponent is
+    # re-biased (7 -> 127) and its 3 mantissa bits moved up; a subnormal is m * 2^-9; 0x7F (with
+    # either sign) is NaN, and there are no infinities.
+    bits = code.to(tl.int32)
+    mag = bits & 0x7F
+    normal = tl.where(mag == 0x7F, 0x7FC00000, (mag << 20) + (120 << 23)).to(
+        tl.float32, bitcast=True
+    )
+    x = tl.where(mag < 8, (mag & 7).to(tl.float32) * 0.001953125, normal)
+    return tl.where((bits & 0x80) != 0, -x, x)
+
+
+@triton.jit
+def _dequant(q, scale, bias):  # type: ignore[no-untyped-def]
+    # q * scale + bias per row, multiplied and then added: two roundings, as the reference's
+    # dequantized rows (the launch turns FMA contraction off for these formats).
+    return q.to(tl.float32) * scale.to(tl.float32)[:, None] + bias.to(tl.float32)[:, None]
+
+
+@triton.jit
+def _weigh(tile, scale, bias, w, HAS_W, FMT):  # type: ignore[no-untyped-def]
+    # A chunk's rows in float32, dequantized in registers, each times its per-sample weight
+    # (masked rows are already 0): two tiles, the even and the odd columns, for int4 (one byte
+    # holds column 2k in its low nibble and 2k + 1 in its high one); the same tile twice else.
+    if FMT == "int4":
+        x = _dequant(tile & 0xF, scale, bias)
+        y = _dequant(tile >> 4, scale, bias)
+    elif FMT == "int8":
+        x = _dequant(tile, scale, bias)
+        y = x
+    elif FMT == "fp8":
+        x = _fp8_e4m3(tile)
+        y = x
+    else:
+        x = tile.to(tl.float32)
+        y = x
     if HAS_W:
         x = x * w[:, None]
-    return x
+        y = y * w[:, None]
+    return x, y
 
 
 @triton.jit
-def _pool(buf_ptr, idx_ptr, psw_ptr, base, start, end, dim, d, d_ok, HAS_W, BLOCK_N, PREFETCH):  # type: ignore[no-untyped-def]
-    # The float32 sum of one bag's (weighted) rows over the d-block ``d``. Chunks are added into
-    # a [BLOCK_N, BLOCK_D] accumulator and its rows summed once at the end: summing each chunk
-    # would cost a cross-warp reduction (shared memory and barriers) per chunk.
-    acc = tl.zeros((BLOCK_N, d.shape[0]), dtype=tl.float32)
+def _pool(  # type: ignore[no-untyped-def]
+    buf_ptr, sb_ptr, idx_ptr, psw_ptr, base, start, end, stride, c, c_ok, HAS_W, BLOCK_N, PREFETCH,
+    FMT,
+):  # fmt: skip
+    # The float32 sum of one bag's (weighted) rows over the stored columns ``c`` (int4: also the
+    # odd columns' sum). Chunks are added into a [BLOCK_N, len(c)] accumulator and its rows summed
+    # once at the end: summing each chunk would cost a cross-warp reduction (shared memory and
+    # barriers) per chunk.
+    acc = tl.zeros((BLOCK_N, c.shape[0]), dtype=tl.float32)
+    odd = tl.zeros((BLOCK_N, c.shape[0]), dtype=tl.float32)
     if PREFETCH == 0:
         for s in range(start, end, BLOCK_N):
-            t, w = _gather(buf_ptr, idx_ptr, psw_ptr, base, s, end, dim, d, d_ok, HAS_W, BLOCK_N)
-            acc += _weigh(t, w, HAS_W)
+            t, k, b, w = _gather(
+                buf_ptr, sb_ptr, idx_ptr, psw_ptr, base, s, end, stride, c, c_ok, HAS_W, BLOCK_N,
+                FMT,
+            )  # fmt: skip
+            x, y = _weigh(t, k, b, w, HAS_W, FMT)
+            acc += x
+            if FMT == "int4":
+                odd += y
     else:
         # Register double-buffering: the loads of the next PREFETCH chunks are in flight while
         # chunk s is added; loads past ``end`` are masked off and move no bytes.
-        t0, w0 = _gather(buf_ptr, idx_ptr, psw_ptr, base, start, end, dim, d, d_ok, HAS_W, BLOCK_N)
-        t1, w1 = t0, w0
+        t0, k0, b0, w0 = _gather(
+            buf_ptr, sb_ptr, idx_ptr, psw_ptr, base, start, end, stride, c, c_ok, HAS_W, BLOCK_N,
+            FMT,
+        )  # fmt: skip
+        t1, k1, b1, w1 = t0, k0, b0, w0
         if PREFETCH == 2:
-            s1 = start + BLOCK_N
-            t1, w1 = _gather(buf_ptr, idx_ptr, psw_ptr, base, s1, end, dim, d, d_ok, HAS_W, BLOCK_N)
+            t1, k1, b1, w1 = _gather(
+                buf_ptr, sb_ptr, idx_ptr, psw_ptr, base, start + BLOCK_N, end, stride, c, c_ok,
+                HAS_W, BLOCK_N, FMT,
+            )  # fmt: skip
         for s in range(start, end, BLOCK_N):
-            sn = s + PREFETCH * BLOCK_N
-            tn, wn = _gather(buf_ptr, idx_ptr, psw_ptr, base, sn, end, dim, d, d_ok, HAS_W, BLOCK_N)
-            acc += _weigh(t0, w0, HAS_W)
+            tn, kn, bn, wn = _gather(
+                buf_ptr, sb_ptr, idx_ptr, psw_ptr, base, s + PREFETCH * BLOCK_N, end, stride, c,
+                c_ok, HAS_W, BLOCK_N, FMT,
+            )  # fmt: skip
+            x, y = _weigh(t0, k0, b0, w0, HAS_W, FMT)
+            acc += x
+            if FMT == "int4":
+                odd += y
             if PREFETCH == 1:
-                t0, w0 = tn, wn
+                t0, k0, b0, w0 = tn, kn, bn, wn
             else:
-                t0, w0 = t1, w1
-                t1, w1 = tn, wn
-    return tl.sum(acc, axis=0)
+                t0, k0, b0, w0 = t1, k1, b1, w1
+                t1, k1, b1, w1 = tn, kn, bn, wn
+    return tl.sum(acc, axis=0), tl.sum(odd, axis=0)
 
 
 @triton.jit  # type: ignore[untyped-decorator]
 def _tbe_kernel(  # type: ignore[no-untyped-def]
-    buf_ptr, row_base_ptr, idx_ptr, off_ptr, psw_ptr, out_ptr, num_bags, batch, tables, dim,
+    buf_ptr, sb_ptr, row_base_ptr, idx_ptr, off_ptr, psw_ptr, out_ptr, num_bags, batch, tables,
+    dim, stride,
     HAS_W: tl.constexpr, MEAN: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
-    BAGS: tl.constexpr, PREFETCH: tl.constexpr,
+    BAGS: tl.constexpr, PREFETCH: tl.constexpr, FMT: tl.constexpr,
 ):  # fmt: skip
-    # Program (p, q) pools bags p*BAGS .. p*BAGS+BAGS-1 over columns q*BLOCK_D .. +BLOCK_D.
-    d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
-    d_ok = d < dim
+    # Program (p, q) pools bags p*BAGS .. p*BAGS+BAGS-1 over columns q*BLOCK_D .. +BLOCK_D. A row
+    # is ``stride`` stored columns of ``buf_ptr``: D, or D/2 bytes of int4 codes, which a program
+    # loads BLOCK_D/2 at a time (contiguous bytes, so they load as vectors) and stores as the
+    # even and the odd output columns.
+    if FMT == "int4":
+        c = tl.program_id(1) * (BLOCK_D // 2) + tl.arange(0, BLOCK_D // 2)
+    else:
+        c = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    c_ok = c < stride
     for i in tl.static_range(BAGS):
         bag = tl.program_id(0).to(tl.int64) * BAGS + i
         bag_ok = bag < num_bags
@@ -119,14 +200,22 @@ def _tbe_kernel(  # type: ignore[no-untyped-def]
         end = tl.load(off_ptr + bag + 1, mask=bag_ok, other=0)
         table = bag // batch
         base = tl.load(row_base_ptr + table, mask=bag_ok, other=0)
-        acc = _pool(
-            buf_ptr, idx_ptr, psw_ptr, base, start, end, dim, d, d_ok, HAS_W, BLOCK_N, PREFETCH
-        )
+        acc, odd = _pool(
+            buf_ptr, sb_ptr, idx_ptr, psw_ptr, base, start, end, stride, c, c_ok, HAS_W, BLOCK_N,
+            PREFETCH, FMT,
+        )  # fmt: skip
         if MEAN:
-            acc = acc / tl.maximum(end - start, 1).to(tl.float32)
-        dst = out_ptr + (bag % batch) * tables * dim + table * dim + d
+            length = tl.maximum(end - start, 1).to(tl.float32)
+            acc = acc / length
+            odd = odd / length
+        dst = out_ptr + (bag % batch) * tables * dim + table * dim
         # (bag broadcast to a vector first: the interpreter rejects vector & scalar masks)
-        tl.store(dst, acc, mask=d_ok & (d * 0 + bag < num_bags))
+        ok = c_ok & (c * 0 + bag < num_bags)
+        if FMT == "int4":
+            tl.store(dst + 2 * c, acc, mask=ok)
+            tl.store(dst + 2 * c + 1, odd, mask=ok)
+        else:
+            tl.store(dst + c, acc, mask=ok)
 
 
 def check_choice(field: str, value: object, allowed: tuple[int, ...]) -> None:
@@ -232,15 +321,8 @@ def require_triton(device: torch.device) -> None:
         )
 
 
-def combine(weights: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-    """All tables in one contiguous ``[Σ rows, D]`` buffer and each table's first row in it."""
-    buffer = torch.cat([w.contiguous() for w in weights]).contiguous()
-    rows = torch.tensor([0] + [w.shape[0] for w in weights[:-1]], dtype=torch.int64)
-    return buffer, torch.cumsum(rows, 0).to(buffer.device)
-
-
 def kernel_args(
-    buffer: torch.Tensor,
+    rows: RowBuffer,
     row_base: torch.Tensor,
     indices: torch.Tensor,
     offsets: torch.Tensor,
@@ -253,9 +335,11 @@ def kernel_args(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """``_tbe_kernel``'s positional and keyword arguments for one launch (shared by the launch and
     the ahead-of-time compiler, so both see the same signature and specialisation)."""
-    bags, num_tables, dim = int(offsets.shape[0]) - 1, int(out.shape[1]), int(buffer.shape[1])
+    bags, num_tables, dim = int(offsets.shape[0]) - 1, int(out.shape[1]), int(out.shape[2])
     psw = out if weights is None else weights  # never read when HAS_W is False
-    args = (buffer, row_base, indices, offsets, psw, out, bags, batch, num_tables, dim)
+    buf, stride = rows.data, int(rows.data.shape[1])
+    args = (buf, rows.scale_bias, row_base, indices, offsets, psw, out, bags, batch, num_tables,
+            dim, stride)  # fmt: skip
     kwargs = {
         "HAS_W": weights is not None,
         "MEAN": pooling == "mean",
@@ -263,24 +347,26 @@ def kernel_args(
         "BLOCK_N": cfg.block_n,
         "BAGS": cfg.bags_per_program,
         "PREFETCH": cfg.prefetch,
+        "FMT": rows.fmt,
         "num_warps": cfg.num_warps,
-        # Fused multiply-adds for the weighted sums, asked for explicitly: Triton 3.9 warns when
-        # its default is relied on (and that default flips in 3.10).
-        "enable_fp_fusion": True,
+        # Fused multiply-adds for the weighted sums, asked for explicitly (Triton 3.9 warns when
+        # its default is relied on, and that default flips in 3.10); off for int8/int4 rows, so
+        # that q * scale + bias rounds twice, as the reference's dequantized rows do.
+        "enable_fp_fusion": rows.fmt not in INTEGER_FORMATS,
     }
     return args, kwargs
 
 
 def tbe_forward(
-    buffer: torch.Tensor, row_base: torch.Tensor, lookup: Lookup, pooling: Pooling, cfg: TBEConfig
+    rows: RowBuffer, row_base: torch.Tensor, lookup: Lookup, pooling: Pooling, cfg: TBEConfig
 ) -> torch.Tensor:
-    """Pool ``lookup`` out of ``buffer`` (bag b of table t reads rows row_base[t] + id) in one
+    """Pool ``lookup`` out of ``rows`` (bag b of table t reads rows row_base[t] + id) in one
     launch; ``[B, T, D]`` float32."""
     b, bags = lookup.batch_size, lookup.num_bags
-    num_tables, dim = bags // b, int(buffer.shape[1])
-    out = torch.empty(b, num_tables, dim, dtype=torch.float32, device=buffer.device)
+    num_tables, dim = bags // b, dim_of(rows.fmt, int(rows.data.shape[1]))
+    out = torch.empty(b, num_tables, dim, dtype=torch.float32, device=rows.data.device)
     args, kwargs = kernel_args(
-        buffer, row_base, lookup.indices, lookup.offsets, lookup.per_sample_weights, out,
+        rows, row_base, lookup.indices, lookup.offsets, lookup.per_sample_weights, out,
         batch=b, pooling=pooling, cfg=cfg,
     )  # fmt: skip
     grid = (triton.cdiv(bags, cfg.bags_per_program), triton.cdiv(dim, cfg.block_d))
@@ -289,7 +375,8 @@ def tbe_forward(
 
 
 class TritonTBE:
-    """``triton`` and ``triton-prefetch``: the tables combined once, one launch per lookup."""
+    """``triton`` and ``triton-prefetch``: the tables combined once (in their row format), one
+    launch per lookup."""
 
     name: str
 
@@ -299,15 +386,17 @@ class TritonTBE:
         self.tables = tables
         self.options = config
         self.config = launch_config(config, tables.dim)
-        self.buffer, self.row_base = combine(tables.weights)
+        self.rows = combine(tables)
+        self.row_base = table_bases(tables).to(tables.device)
 
     def __call__(self, lookup: Lookup) -> torch.Tensor:
         check_tables_match(self.tables, lookup)
-        return tbe_forward(self.buffer, self.row_base, lookup, self.tables.pooling, self.config)
+        return tbe_forward(self.rows, self.row_base, lookup, self.tables.pooling, self.config)
 
 
-TRITON_TRAITS = KernelTraits(layout="combined")
-"""The table-batched Triton kernels: GPU (or interpreted), every table in one buffer."""
+TRITON_TRAITS = KernelTraits(formats=frozenset(ROW_FORMATS), layout="combined")
+"""The table-batched Triton kernels: GPU (or interpreted), every table in one buffer, every row
+format (fp8 too: decoded by integer operations, so sm_80 reads it as sm_89+ does)."""
 
 
 @KERNELS.register("triton", config=TritonConfig, space=LAUNCH_SPACE, traits=TRITON_TRAITS)
