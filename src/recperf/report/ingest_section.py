@@ -341,6 +341,10 @@ def _sim_line(index: int, s: Mapping[str, Any]) -> str:
     return figure_html(f"{KEY}-sim-{index}-{_slug(s['spec'])}", fig, note)
 
 
+SPLIT_COLS = 4
+"""Pipelines per row of the final-workers figure."""
+
+
 def _sim_split(simulated: Sequence[Mapping[str, Any]]) -> str:
     all_bars = []
     for s in simulated:
@@ -349,17 +353,24 @@ def _sim_split(simulated: Sequence[Mapping[str, Any]]) -> str:
         all_bars.append(bars)
     colors = stage_colors([bar_keys(b) for b in all_bars])
     titles = [html.escape(f"{s['spec']} ({s['cores']} cores)") for s in simulated]
-    fig = make_subplots(rows=1, cols=max(1, len(simulated)), subplot_titles=titles)
-    for col, bars in enumerate(all_bars, start=1):
-        stacked_bars(fig, bars, bar_keys(bars), colors, row=1, col=col)
+    # At most SPLIT_COLS pipelines a row (seven in one row put their titles over each other).
+    cols = max(1, min(SPLIT_COLS, len(simulated)))
+    rows = max(1, math.ceil(len(simulated) / cols))
+    fig = make_subplots(
+        rows=rows, cols=cols, subplot_titles=titles, vertical_spacing=0.5 / rows,
+        horizontal_spacing=0.06,
+    )  # fmt: skip
+    for i, bars in enumerate(all_bars):
+        stacked_bars(fig, bars, bar_keys(bars), colors, row=1 + i // cols, col=1 + i % cols)
     fig.update_layout(
-        **{**LAYOUT, "height": 420},
+        **{**LAYOUT, "height": 150 + 300 * rows, "legend": {"orientation": "h", "y": -0.08}},
         barmode="stack",
         title=plot_title("Final workers per segment"),
     )
+    fig.update_annotations(font={"size": 12})
     fig.update_yaxes(title_text="workers", col=1)
     note = (
         "Each tuner's final allocation (workers per segment, a segment's stages joined with +, "
         "stacked), and the LP bound's fractional workers, per simulated pipeline."
     )
-    return figure_html(f"{KEY}-sim-split", fig, note)
+    return figure_html(f"{KEY}-sim-split", fig, note, wide=True)

@@ -27,6 +27,12 @@ LAYOUT: dict[str, Any] = {
 }
 """Plot layout shared by every section's figures."""
 PALETTE = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d")
+WIDE_PALETTE = (
+    *PALETTE, "#eeca3b", "#ff9da6", "#1b9e77", "#7570b3", "#a6761d", "#666666", "#17becf",
+    "#bcbd22", "#8c564b", "#e377c2", "#393b79", "#637939", "#843c39", "#7b4173", "#3182bd",
+    "#e6550d", "#31a354", "#756bb1", "#636363",
+)  # fmt: skip
+"""26 distinct colours, for figures that tell many things apart (pipeline segments)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +62,10 @@ BUNDLED_TRACES = frozenset({"scatter", "bar", "pie"})
 """The trace types of the plotly.js bundle the page inlines (``builder.PLOTLY_JS``)."""
 
 
-def figure_html(fig_id: str, fig: Any, note: str) -> str:
-    """A figure div, its plotly JSON in an inert ``application/json`` script, and a note.
-    A trace type the page's plotly.js bundle cannot draw is refused here, not left blank."""
+def figure_html(fig_id: str, fig: Any, note: str, *, wide: bool = False) -> str:
+    """A figure div, its plotly JSON in an inert ``application/json`` script, and a note;
+    ``wide`` spans every column of the grid it sits in. A trace type the page's plotly.js
+    bundle cannot draw is refused here, not left blank."""
     for trace in fig.data:
         if trace.type not in BUNDLED_TRACES:
             raise ValueError(
@@ -68,7 +75,7 @@ def figure_html(fig_id: str, fig: Any, note: str) -> str:
     fid = html.escape(fig_id)
     spec = script_safe_json(pio.to_json(fig, validate=True, pretty=False))
     return (
-        f'<figure class="rp-figure-box">'
+        f'<figure class="rp-figure-box{" rp-wide" if wide else ""}">'
         f'<div class="{FIGURE_CLASS}" id="{fid}" data-spec="{fid}-spec"></div>'
         f'<script type="application/json" id="{fid}-spec">{spec}</script>'
         f"<figcaption>{html.escape(note)}</figcaption></figure>"
