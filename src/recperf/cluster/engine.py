@@ -2,10 +2,9 @@
 
 Each decision point runs the Blox loop: accept arrivals -> schedule -> place -> run. A running
 job progresses at 1 / (compute + all-reduce over its placement's widest link); jobs crossing
-a rack uplink share it, so their rates are recomputed whenever that set changes. The loop, the
-job state arrays it mutates and the preemption it applies stay in one class (about 450 lines)
-because splitting them would pass those arrays between files on every event; the event queue and
-locality-wait bookkeeping live in ``bookkeeping``.
+a rack uplink share it, so their rates are recomputed whenever that set changes. The loop and
+the preemption it applies stay in one class; the state it mutates is one ``RunState``
+(``engine_state``), and the event queue and locality-wait bookkeeping live in ``bookkeeping``.
 """
 
 from __future__ import annotations
@@ -18,14 +17,14 @@ from recperf.cluster.base import (
     F64,
     I64,
     Allocation,
-    JobProgress,
     PlacementPolicy,
     Scheduler,
     SchedulerView,
     is_preemptive,
     scheduler_name,
 )
-from recperf.cluster.bookkeeping import CKPT_DONE, FINISH, WAKE, EventQueue, LocalityWaits
+from recperf.cluster.bookkeeping import CKPT_DONE, FINISH, WAKE
+from recperf.cluster.engine_state import RunState
 from recperf.cluster.jobs import JobTable
 from recperf.cluster.network import JobComm
 from recperf.cluster.outcome import EngineConfig, Segment, SimResult
@@ -68,101 +67,43 @@ class Simulator:
         self.cfg = config or EngineConfig()
         self.rng = np.random.default_rng(seed)
         check_fits(jobs, cluster)
-        self._init_comm()
-
-    def _init_comm(self) -> None:
-        """Per-job communication terms depend only on placement shape: computed once."""
-        self.comm = JobComm.of(self.cluster, self.jobs, self.cfg.congestion)
+        # Per-job communication terms depend only on placement shape: computed once.
+        self.comm = JobComm.of(cluster, jobs, self.cfg.congestion)
         # With the network off a job runs at its consolidated rate: its GPUs as if on one
         # machine's links, whatever its size (Gavel's measured consolidated throughput).
         tightest = self.comm.tightest_s if self.cfg.network_on else self.comm.by_level[1]
-        self.ref_iter_s: F64 = self.jobs.compute_s + tightest
-        tiers = self.cluster.tree.link_tier() - 1
+        self.ref_iter_s: F64 = jobs.compute_s + tightest
+        tiers = cluster.tree.link_tier() - 1
         self.link_gbps: list[float] = [self.comm.uplink_gbps[t] for t in tiers.tolist()]
-
-    # ---------------------------------------------------------------- state
-    def _reset(self) -> None:
-        n, c = len(self.jobs), self.cluster
-        self.state = np.zeros(n, dtype=np.int8)
-        self.done = np.zeros(n)
-        self.settled_at = np.zeros(n)
-        self.restore_until = np.zeros(n)
-        self.iter_s = np.ones(n)
-        self.comm_now = np.zeros(n)
-        self.attained = np.zeros(n)
-        self.first_start = np.full(n, np.nan)
-        self.finish = np.full(n, np.nan)
-        self.run_s = np.zeros(n)
-        self.progress_s = np.zeros(n)
-        self.comm_s = np.zeros(n)
-        self.preemptions = np.zeros(n, dtype=np.int64)
-        self.widest = np.full(n, -1, dtype=np.int64)
-        self.waiting_since = np.full(n, np.nan)
-        self.last_run = np.zeros(n)
-        self.run_started = np.zeros(n)
-        self.locality = LocalityWaits(n)
-        self.progress = JobProgress(
-            attained_gpu_s=self.attained, settled_at=self.settled_at,
-            restore_until=self.restore_until, done_iters=self.done, iter_s=self.iter_s,
-            ref_iter_s=self.ref_iter_s, waiting_since=self.waiting_since,
-            run_started=self.run_started, last_run_s=self.last_run,
-        )  # fmt: skip
-        self.alloc: list[Allocation | None] = [None] * n
-        self.links: list[tuple[int, ...]] = [()] * n
-        self.free = np.full(c.machines, c.gpus_per_machine, dtype=np.int64)
-        self.free_view = self.free.view()  # what schedulers see: always current, read-only
-        self.free_view.setflags(write=False)
-        self.free_total = self.gpus_total = c.gpus  # gpus: a property, read at every start
-        # Ids of arrived, unfinished jobs, ascending (arrivals come in id order): the first
-        # n_active entries; kept so that a decision need not scan every job since the oldest.
-        self.active_buf = np.zeros(n, dtype=np.int64)
-        self.n_active = 0
-        self.mark = np.zeros(n, dtype=np.bool_)
-        self.any_level = np.full(n, c.top, dtype=np.int64)  # levels of a decision
-        self.any_level.setflags(write=False)  # without max_level, sliced (not built) per decision
-        self.n_waiting = 0
-        self.uplink_jobs: list[set[int]] = [set() for _ in range(c.tree.links)]
-        self.queue = EventQueue(n)
-        self.next_wake = math.inf
-        self.last_decision = -math.inf
-        self.busy_t: list[float] = [0.0]
-        self.busy_g: list[int] = [0]
-        self.segments: list[Segment] = []
-        self.events = 0
-        self.decisions = 0
-
-    def _mark_busy(self, now: float) -> None:
-        busy = self.gpus_total - self.free_total
-        if self.busy_t[-1] == now:
-            self.busy_g[-1] = busy
-        else:
-            self.busy_t.append(now)
-            self.busy_g.append(busy)
+        self.st = RunState(len(jobs), cluster, self.ref_iter_s)
+        self.ran = False  # run() again starts from a fresh RunState
 
     # ---------------------------------------------------------------- progress
     def _settle(self, j: int, now: float) -> None:
         """Account progress and GPU time of running job ``j`` up to ``now``."""
-        last = float(self.settled_at[j])
+        st = self.st
+        last = float(st.settled_at[j])
         if now <= last:
             return
-        start = max(last, float(self.restore_until[j]))
+        start = max(last, float(st.restore_until[j]))
         if now > start:
             dt = now - start
-            iter_s = float(self.iter_s[j])
+            iter_s = float(st.iter_s[j])
             iters = dt / iter_s
-            self.done[j] += iters
-            self.progress_s[j] += dt
-            self.comm_s[j] += dt * float(self.comm_now[j]) / iter_s
+            st.done[j] += iters
+            st.progress_s[j] += dt
+            st.comm_s[j] += dt * float(st.comm_now[j]) / iter_s
             if self.cfg.record_segments:
-                self.segments.append(Segment(j, start, now, None, iters))
+                st.segments.append(Segment(j, start, now, None, iters))
         self._hold(j, now)
 
     def _hold(self, j: int, now: float) -> None:
         """Charge job ``j`` the GPU time it held since it was last settled."""
-        held = now - float(self.settled_at[j])
-        self.attained[j] += held * float(self.jobs.gpus[j])
-        self.run_s[j] += held
-        self.settled_at[j] = now
+        st = self.st
+        held = now - float(st.settled_at[j])
+        st.attained[j] += held * float(self.jobs.gpus[j])
+        st.run_s[j] += held
+        st.settled_at[j] = now
 
     def _comm_for(self, j: int, alloc: Allocation) -> float:
         if not self.cfg.network_on:  # every placement at the consolidated rate
@@ -171,120 +112,131 @@ class Simulator:
         if lv <= Level.RACK:
             return float(self.comm.by_level[lv, j])
         # Across switches: the slowest uplink crossed, each shared by the jobs crossing it.
-        up, gbps = self.uplink_jobs, self.link_gbps
-        bw = min([gbps[k] / max(len(up[k]), 1) for k in self.links[j]])
+        up, gbps = self.st.uplink_jobs, self.link_gbps
+        bw = min([gbps[k] / max(len(up[k]), 1) for k in self.st.links[j]])
         bw = min(self.comm.host_gbps, bw)
         return float(self.comm.latency_s[lv, j]) + float(self.comm.bits[j]) / (bw * 1e9)
 
     def _set_rate(self, j: int, now: float) -> None:
         """(Re)compute job ``j``'s iteration time and reschedule its finish event."""
-        alloc = self.alloc[j]
+        st = self.st
+        alloc = st.alloc[j]
         assert alloc is not None
         comm = self._comm_for(j, alloc)
-        self.comm_now[j] = comm
+        st.comm_now[j] = comm
         iter_s = float(self.jobs.compute_s[j]) + comm
-        self.iter_s[j] = iter_s
-        self.queue.cancel(j)
-        remaining = max(float(self.jobs.total_iters[j]) - float(self.done[j]), 0.0)
-        t_fin = max(now, float(self.restore_until[j])) + remaining * iter_s
-        self.queue.push(t_fin, FINISH, j)
+        st.iter_s[j] = iter_s
+        st.queue.cancel(j)
+        remaining = max(float(self.jobs.total_iters[j]) - float(st.done[j]), 0.0)
+        t_fin = max(now, float(st.restore_until[j])) + remaining * iter_s
+        st.queue.push(t_fin, FINISH, j)
 
     def _uplink_change(self, j: int, now: float, join: bool) -> None:
+        st = self.st
         affected: set[int] = set()
-        for k in self.links[j]:
-            affected |= self.uplink_jobs[k]
+        for k in st.links[j]:
+            affected |= st.uplink_jobs[k]
             if join:
-                self.uplink_jobs[k].add(j)
+                st.uplink_jobs[k].add(j)
             else:
-                self.uplink_jobs[k].discard(j)
+                st.uplink_jobs[k].discard(j)
         affected.discard(j)
         for k in sorted(affected):
-            alloc_k = self.alloc[k]
+            alloc_k = st.alloc[k]
             assert alloc_k is not None
-            if self._comm_for(k, alloc_k) != float(self.comm_now[k]):
+            if self._comm_for(k, alloc_k) != float(st.comm_now[k]):
                 self._settle(k, now)
                 self._set_rate(k, now)
 
     # ---------------------------------------------------------------- transitions
     def _activate(self, j: int, now: float) -> None:
-        self.state[j] = WAITING
-        self.waiting_since[j] = now
-        self.active_buf[self.n_active] = j
-        self.n_active += 1
-        self.n_waiting += 1
+        st = self.st
+        st.state[j] = WAITING
+        st.waiting_since[j] = now
+        st.active_buf[st.n_active] = j
+        st.n_active += 1
+        st.n_waiting += 1
 
     def _start(self, j: int, alloc: Allocation, now: float) -> None:
-        self.free[list(alloc.machines)] -= np.asarray(alloc.counts, dtype=np.int64)
-        self.free_total -= alloc.gpus
-        self.alloc[j] = alloc
-        self.state[j] = RUNNING
-        self.n_waiting -= 1
-        resumed = not math.isnan(float(self.first_start[j]))
+        st = self.st
+        st.free[list(alloc.machines)] -= np.asarray(alloc.counts, dtype=np.int64)
+        st.free_total -= alloc.gpus
+        st.alloc[j] = alloc
+        st.state[j] = RUNNING
+        st.n_waiting -= 1
+        resumed = not math.isnan(float(st.first_start[j]))
         if not resumed:
-            self.first_start[j] = now
-        self.restore_until[j] = now + (self.cfg.restore_s if resumed else 0.0)
-        self.settled_at[j] = now
-        self.run_started[j] = now
-        self.waiting_since[j] = np.nan
-        self.widest[j] = max(int(self.widest[j]), int(alloc.level))
+            st.first_start[j] = now
+        st.restore_until[j] = now + (self.cfg.restore_s if resumed else 0.0)
+        st.settled_at[j] = now
+        st.run_started[j] = now
+        st.waiting_since[j] = np.nan
+        st.widest[j] = max(int(st.widest[j]), int(alloc.level))
         if alloc.level > Level.RACK and self.cfg.network_on:
-            self.links[j] = alloc.uplinks(self.cluster)
+            st.links[j] = alloc.uplinks(self.cluster)
             self._uplink_change(j, now, join=True)
         self._set_rate(j, now)
-        self._mark_busy(now)
+        st.mark_busy(now)
 
     def _stop_running(self, j: int, now: float) -> Allocation:
         """Settle ``j`` and take it off the network; it still holds its GPUs."""
+        st = self.st
         self._settle(j, now)
-        alloc = self.alloc[j]
+        alloc = st.alloc[j]
         assert alloc is not None
-        self.queue.cancel(j)  # a stopped job must not finish
-        self.last_run[j] = now - float(self.run_started[j])
+        st.queue.cancel(j)  # a stopped job must not finish
+        st.last_run[j] = now - float(st.run_started[j])
         if alloc.level > Level.RACK and self.cfg.network_on:
             self._uplink_change(j, now, join=False)
         return alloc
 
     def _release(self, j: int, alloc: Allocation, start: float, now: float) -> None:
+        st = self.st
         if len(alloc.machines) == 1:  # most jobs: a scalar update is cheaper than fancy indexing
-            self.free[alloc.machines[0]] += alloc.counts[0]
+            st.free[alloc.machines[0]] += alloc.counts[0]
         else:
-            self.free[list(alloc.machines)] += np.asarray(alloc.counts, dtype=np.int64)
-        self.free_total += alloc.gpus
-        self.alloc[j] = None
+            st.free[list(alloc.machines)] += np.asarray(alloc.counts, dtype=np.int64)
+        st.free_total += alloc.gpus
+        st.alloc[j] = None
         if self.cfg.record_segments:
-            self.segments.append(Segment(j, start, now, alloc, 0.0))
-        self._mark_busy(now)
+            st.segments.append(Segment(j, start, now, alloc, 0.0))
+        st.mark_busy(now)
 
     def _finish(self, j: int, now: float) -> None:
+        st = self.st
         alloc = self._stop_running(j, now)
-        self.done[j] = float(self.jobs.total_iters[j])
-        self.state[j] = DONE
-        self.finish[j] = now
-        self._release(j, alloc, float(self.run_started[j]), now)
-        k, buf = self.n_active, self.active_buf
+        st.done[j] = float(self.jobs.total_iters[j])
+        st.state[j] = DONE
+        st.finish[j] = now
+        self._release(j, alloc, float(st.run_started[j]), now)
+        k, buf = st.n_active, st.active_buf
         pos = int(buf[:k].searchsorted(j))
         buf[pos : k - 1] = buf[pos + 1 : k]
-        self.n_active = k - 1
+        st.n_active = k - 1
 
     def _preempt(self, j: int, now: float) -> None:
         self._stop_running(j, now)
-        self.preemptions[j] += 1
-        self.state[j] = CHECKPOINTING
-        self.queue.push(now + self.cfg.checkpoint_s, CKPT_DONE, j)
+        self.st.preemptions[j] += 1
+        self.st.state[j] = CHECKPOINTING
+        self.st.queue.push(now + self.cfg.checkpoint_s, CKPT_DONE, j)
 
     def _checkpoint_done(self, j: int, now: float) -> None:
-        alloc = self.alloc[j]
+        st = self.st
+        alloc = st.alloc[j]
         assert alloc is not None
         self._hold(j, now)  # the checkpoint held the GPUs but made no progress
-        self._release(j, alloc, float(self.run_started[j]), now)
-        self.state[j] = WAITING
-        self.waiting_since[j] = now
-        self.n_waiting += 1
+        self._release(j, alloc, float(st.run_started[j]), now)
+        st.state[j] = WAITING
+        st.waiting_since[j] = now
+        st.n_waiting += 1
 
     # ---------------------------------------------------------------- the loop
     def run(self, progress: ProgressFn | None = None) -> SimResult:
         """Simulate until every job has finished."""
-        self._reset()
+        if self.ran:
+            self.st = RunState(len(self.jobs), self.cluster, self.ref_iter_s)
+        self.ran = True
+        st, queue = self.st, self.st.queue
         self.scheduler.reset(self.jobs, self.cluster)
         arrivals: list[float] = self.jobs.arrival_s.tolist()
         n = len(self.jobs)
@@ -293,28 +245,28 @@ class Simulator:
         report_every = max(n // 200, 1)
         while finished < n:
             t_arr = arrivals[nxt] if nxt < n else math.inf
-            t_evt = self.queue.next_time()
+            t_evt = queue.next_time()
             now = min(t_arr, t_evt)
             if now == math.inf:
                 raise SimulationError(
-                    f"simulation stalled at t={self.busy_t[-1]:.0f} s: {self.n_waiting} jobs wait, "
-                    f"{self.free_total} GPUs are free, and scheduler {self.scheduler_name!r} with "
+                    f"simulation stalled at t={st.busy_t[-1]:.0f} s: {st.n_waiting} jobs wait, "
+                    f"{st.free_total} GPUs are free, and scheduler {self.scheduler_name!r} with "
                     f"placement {self.placement.name!r} starts none of them"
                 )
             changed = freed = False
             while nxt < n and arrivals[nxt] <= now:
                 self._activate(nxt, now)
                 nxt += 1
-                self.events += 1
+                st.events += 1
                 changed = True
-            while (event := self.queue.pop_due(now)) is not None:
+            while (event := queue.pop_due(now)) is not None:
                 kind, j = event
                 if kind == WAKE:
-                    if now >= self.next_wake:
-                        self.next_wake = math.inf
+                    if now >= st.next_wake:
+                        st.next_wake = math.inf
                     changed = True
                     continue
-                self.events += 1
+                st.events += 1
                 if kind == FINISH:
                     self._finish(j, now)
                     finished += 1
@@ -324,32 +276,28 @@ class Simulator:
                     self._checkpoint_done(j, now)
                     freed = True
                 changed = True
-            if changed and self.n_waiting and (self.free_total or self.preemptive):
+            if changed and st.n_waiting and (st.free_total or self.preemptive):
                 self._maybe_decide(now, freed)
         if progress is not None:
             progress(1.0)
-        return self._result()
+        return st.result(self.jobs, self.cluster, self.scheduler_name, self.placement.name)
 
     def _view(self, now: float, preempt: bool) -> SchedulerView:
-        ids = self._active_ids()
+        st = self.st
+        ids = st.active_ids()
         return SchedulerView(
             now=now,
             cluster=self.cluster,
             jobs=self.jobs,
             active=ids,
-            running=self.state[ids] == RUNNING,
-            free_gpus=self.free_total,
-            progress=self.progress,
-            free=self.free_view,
-            alloc=self.alloc,
+            running=st.state[ids] == RUNNING,
+            free_gpus=st.free_total,
+            progress=st.progress,
+            free=st.free_view,
+            alloc=st.alloc,
             comm=self.comm,
             may_preempt=preempt,
         )
-
-    def _active_ids(self) -> I64:
-        """Ids of arrived, unfinished jobs in arrival order."""
-        out: I64 = self.active_buf[: self.n_active].copy()
-        return out
 
     def _maybe_decide(self, now: float, freed: bool = False) -> None:
         """Decide now; within a round, a preemptive scheduler only fills free GPUs and is asked
@@ -367,17 +315,17 @@ class Simulator:
                 self._wake(boundary)
                 return
             self._decide(now, preempt=self.preemptive)
-            if self.preemptive and self.n_waiting:
+            if self.preemptive and self.st.n_waiting:
                 self._wake(now + self.cfg.rounds_s)
             return
         if self.preemptive and self.cfg.round_s > 0:
-            due = self.last_decision + self.cfg.round_s
+            due = self.st.last_decision + self.cfg.round_s
             if now < due:
                 self._wake(due)
-                if self.free_total:
+                if self.st.free_total:
                     self._decide(now, preempt=False)
                 return
-            self.last_decision = now
+            self.st.last_decision = now
         self._decide(now, preempt=self.preemptive)
 
     def _boundary(self, t: float) -> float:
@@ -388,18 +336,19 @@ class Simulator:
     def _wake(self, t: float) -> None:
         if self.cfg.rounds_s > 0:
             t = self._boundary(t)
-        if t < self.next_wake:
-            self.next_wake = t
-            self.queue.push(t, WAKE)
+        if t < self.st.next_wake:
+            self.st.next_wake = t
+            self.st.queue.push(t, WAKE)
 
     def _decide(self, now: float, preempt: bool) -> None:
-        self.decisions += 1
+        st = self.st
+        st.decisions += 1
         decision = self.scheduler.schedule(self._view(now, preempt))
         if decision.wake_at is not None and decision.wake_at > now:
             self._wake(decision.wake_at)
         order = np.asarray(decision.order, dtype=np.int64)
         if decision.max_level is None:
-            levels = self.any_level[: order.size]
+            levels = st.any_level[: order.size]
         else:
             levels = np.asarray(decision.max_level, dtype=np.int64)
         if preempt:
@@ -411,13 +360,13 @@ class Simulator:
             # instant: two jobs alternating on a GPU an admitted job waits for).
             keep = self._admit(order)
             admitted = order[keep]
-            ids = self._active_ids()
-            running_now = ids[self.state[ids] == RUNNING]
-            self.mark[admitted] = True
-            stopped = running_now[~self.mark[running_now]]
+            ids = st.active_ids()
+            running_now = ids[st.state[ids] == RUNNING]
+            st.mark[admitted] = True
+            stopped = running_now[~st.mark[running_now]]
             for j in stopped.tolist():
                 self._preempt(j, now)
-            self.mark[admitted] = False
+            st.mark[admitted] = False
             first = np.flatnonzero(keep)
             if not stopped.size:
                 first = np.concatenate([first, np.flatnonzero(~keep)])
@@ -446,14 +395,15 @@ class Simulator:
         """Largest job placeable now at each Level; without level constraints only the total
         matters, so the per-machine scans are skipped."""
         if not constrained:
-            return np.full(self.cluster.top + 1, self.free_total, dtype=np.int64)
-        return self.cluster.level_caps(self.free)
+            return np.full(self.cluster.top + 1, self.st.free_total, dtype=np.int64)
+        return self.cluster.level_caps(self.st.free)
 
     def _place_in_order(self, order: I64, levels: I64, blocking: bool, now: float) -> None:
-        waiting = self.state[order] == WAITING
+        st = self.st
+        waiting = st.state[order] == WAITING
         n_waiting = np.count_nonzero(waiting)  # a fraction of any()'s call cost
         if not n_waiting:
-            self.locality.update(_NO_JOBS, now)
+            st.locality.update(_NO_JOBS, now)
             return
         if n_waiting < order.size:  # e.g. FIFO's order holds only waiting jobs: nothing to drop
             order, levels = order[waiting], levels[waiting]
@@ -462,23 +412,23 @@ class Simulator:
         # Unconstrained, every level's cap is the free total: compared directly, not as an array.
         caps = self._level_caps(constrained) if constrained else None
         if caps is not None:
-            held = (demand > caps[levels]) & (demand <= self.free_total)
-            self.locality.update(order[held], now)
+            held = (demand > caps[levels]) & (demand <= st.free_total)
+            st.locality.update(order[held], now)
         else:
-            self.locality.update(_NO_JOBS, now)
+            st.locality.update(_NO_JOBS, now)
         if blocking:
             # Only a prefix can start: up to the first job whose cumulative demand overflows.
-            k = int(demand.cumsum().searchsorted(self.free_total, side="right")) + 1
+            k = int(demand.cumsum().searchsorted(st.free_total, side="right")) + 1
             order, levels, demand = order[:k], levels[:k], demand[:k]
         else:
-            fits = demand <= (self.free_total if caps is None else caps[levels])
+            fits = demand <= (st.free_total if caps is None else caps[levels])
             order, levels, demand = order[fits], levels[fits], demand[fits]
         for j, lv, d in zip(order.tolist(), levels.tolist(), demand.tolist(), strict=True):
-            if self.free_total == 0:
+            if st.free_total == 0:
                 return
             alloc = None
-            if d <= (self.free_total if caps is None else caps[lv]):
-                alloc = self.placement.place(d, self.free, self.cluster, lv, self.rng)
+            if d <= (st.free_total if caps is None else caps[lv]):
+                alloc = self.placement.place(d, st.free, self.cluster, lv, self.rng)
             if alloc is None:
                 if blocking:
                     return
@@ -486,24 +436,3 @@ class Simulator:
             self._start(j, alloc, now)
             if caps is not None:
                 caps = self._level_caps(constrained)
-
-    def _result(self) -> SimResult:
-        return SimResult(
-            jobs=self.jobs,
-            cluster=self.cluster,
-            scheduler=self.scheduler_name,
-            placement=self.placement.name,
-            first_start_s=self.first_start,
-            finish_s=self.finish,
-            run_s=self.run_s,
-            progress_s=self.progress_s,
-            comm_s=self.comm_s,
-            locality_wait_s=self.locality.total_s,
-            preemptions=self.preemptions,
-            widest_level=self.widest,
-            busy_t=np.asarray(self.busy_t),
-            busy_gpus=np.asarray(self.busy_g, dtype=np.int64),
-            events=self.events,
-            decisions=self.decisions,
-            segments=tuple(self.segments),
-        )
