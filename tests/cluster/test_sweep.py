@@ -26,6 +26,7 @@ from recperf.cluster.sweep import (
     Sweep,
     SweepResult,
     SweepRun,
+    SweepSpec,
     _run_local,
     error_text,
     run_sweep,
@@ -255,3 +256,50 @@ def test_local_worker_crash_fails_only_its_run() -> None:
     assert sorted(outcomes) == [0, 1, 2, 3, 4]
     assert [outcomes[i].row["status"] for i in range(5)] == ["ok", "failed", "ok", "ok", "ok"]
     assert outcomes[1].row["error"].startswith("BrokenProcessPool")
+
+
+def _options(**given: dict[str, Any]) -> Any:
+    """A stand-in for ``Settings.resolve``: ``given`` options by scope, the rest empty."""
+    return lambda scopes: {s: dict(given.get(s, {})) for s in scopes}
+
+
+def test_sweep_spec_builds_the_sweep_from_flag_text() -> None:
+    spec = SweepSpec.build(
+        traces="tiresias-60,helios-500", schedulers="fifo, netsens", congestion="1,4",
+        seeds="0-2,9", options=_options(engine={"round_s": "60"}, netsens={"timers": "auto"}),
+        jitter_s=30.0, backend="serial",
+    )  # fmt: skip
+    sweep = spec.sweep
+    assert (sweep.traces, sweep.schedulers) == (("tiresias-60", "helios-500"), ("fifo", "netsens"))
+    assert (sweep.congestion, sweep.seeds, sweep.size) == ((1.0, 4.0), (0, 1, 2, 9), 32)
+    assert sweep.scheduler_options == {"netsens": {"timers": "auto"}}  # fifo's empty: left out
+    assert sweep.base.engine.round_s == 60.0 and sweep.base.jitter_s == 30.0
+    assert (spec.backend, spec.keep_jobs, spec.resume) == ("serial", False, False)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"backend": "spark"}, "unknown backend 'spark'; allowed: local, ray, serial"),
+        ({"workers": 0}, "workers = 0"),
+        ({"address": "auto"}, "--address only applies to --backend ray"),
+        ({"max_runs": 0}, "--max-runs = 0"),
+        ({"seeds": "0-9", "max_runs": 5}, "--seeds 0-9: 10 seeds, above --max-runs 5"),
+        ({"congestion": "1,x"}, "--congestion"),
+        ({"schedulers": " , "}, "--schedulers is empty"),
+        ({"options": _options(engine={"congestion": 2})}, "engine.congestion: a sweep takes"),
+        ({"options": _options(engine={"nope": 1})}, "engine: unknown key 'nope'"),
+    ],
+)
+def test_sweep_spec_refuses_a_bad_field_in_one_line(flags: dict[str, Any], message: str) -> None:
+    args: dict[str, Any] = {"traces": "tiresias-60", "schedulers": "fifo", **flags}
+    with pytest.raises(ConfigError) as err:
+        SweepSpec.build(**args)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_sweep_spec_checks_its_own_fields() -> None:
+    sweep = Sweep(traces=("tiresias-60",), schedulers=("fifo",))
+    with pytest.raises(ConfigError, match=r"^workers = 5000"):
+        SweepSpec(sweep=sweep, workers=5000)
+    assert SweepSpec(sweep=sweep, backend="serial").run().rows[0]["status"] == "ok"

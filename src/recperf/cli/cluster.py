@@ -17,6 +17,7 @@ from recperf.cluster.api import (
     build_placement,
     build_scheduler,
     bundled_dropped,
+    checked_options,
     compare,
     load_jobs,
     simulate,
@@ -30,7 +31,7 @@ from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.topology import load_cluster, preset_names
 from recperf.cluster.traces import BUNDLED
 from recperf.cluster.traces.synthetic import SyntheticConfig
-from recperf.core.config import check_range, from_mapping, parse_floats, parse_names, parse_seeds
+from recperf.core.config import from_mapping, parse_names
 from recperf.core.errors import ConfigError
 from recperf.core.progress import counts_from_first_update, progress_bar
 
@@ -134,17 +135,6 @@ TRACE_FLAGS = (
 RUN_FLAGS = (*SYNTHETIC_FLAGS, *ENGINE_FLAGS, CONGESTION, TIMERS, *TRACE_FLAGS)
 
 
-def check_trace_options(
-    formats: list[str], opts: dict[str, dict[str, Any]], drop_invalid: bool
-) -> None:
-    """Each trace format's options, with ``--drop-invalid`` in them, validated now: a bad column
-    mapping fails before any trace is read."""
-    for f in formats:
-        if drop_invalid:
-            opts[f]["drop_invalid"] = True
-        TRACE_LOADERS.config(f, opts[f])
-
-
 def build_spec(
     settings: Settings,
     *,
@@ -169,8 +159,7 @@ def build_spec(
     renamed = {"scheduler": schedulers[0]} if len(schedulers) == 1 else {}
     formats = trace_scopes([trace], fmt)  # their loaders' Configs are --set scopes too
     opts = settings.resolve(["synthetic", "engine", *formats, placement, *schedulers], renamed)
-    check_trace_options(formats, opts, drop_invalid)
-    PLACEMENTS.config(placement, opts[placement])
+    trace_options = checked_options(opts, formats, placement, drop_invalid)
     build_placement(placement)
     per_scheduler = {s: opts[s] for s in schedulers}
     for name in schedulers:  # a misspelt name, a bad option or a non-scheduler fails now
@@ -184,7 +173,7 @@ def build_spec(
         cluster=cluster,
         seed=seed,
         synthetic=from_mapping(SyntheticConfig, opts["synthetic"], "synthetic"),
-        trace_options={f: opts[f] for f in formats},
+        trace_options=trace_options,
         drop_oversized=drop_oversized,
         engine=from_mapping(EngineConfig, opts["engine"], "engine"),
         jitter_s=jitter_s or 0.0,
@@ -285,23 +274,9 @@ def compare_cmd(
     print_table(title, rows, TABLE_COLUMNS)
 
 
-def seed_count(text: str) -> int:
-    """How many seeds ``--seeds`` lists, counted without listing them (0 for what
-    ``parse_seeds`` will reject)."""
-    total = 0
-    for item in text.split(","):
-        lo, dash, hi = item.strip().partition("-")
-        if lo.strip().isdigit() and (not dash or hi.strip().isdigit()):
-            total += max(int(hi) - int(lo) + 1, 0) if dash else 1
-    return total
-
-
-SWEEP_METRICS = ("makespan_s", "jct_mean_s", "jct_p95_s", "comm_overhead_frac")
-
-
 def sweep_table_rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The grouped summary as table cells: ok/total runs and ``mean ± std`` over the seeds."""
-    from recperf.cluster.sweep import split_trace
+    from recperf.cluster.sweep import GROUP_METRICS, split_trace
 
     rows = []
     for g in groups:
@@ -312,7 +287,7 @@ def sweep_table_rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "congestion": f"{g['congestion']:g}",
         }
         row["runs_ok"] = f"{g['runs_ok']}/{g['runs_ok'] + g['runs_failed']}"
-        for m in SWEEP_METRICS:
+        for m in GROUP_METRICS:
             mean, std = g[f"{m}_mean"], g[f"{m}_std"]
             row[m] = fmt_value(mean) if std != std else f"{fmt_value(mean)} ± {fmt_value(std)}"
         row["preemptions"] = g["preemptions_mean"]
@@ -393,71 +368,43 @@ def sweep_cmd(
     (their errors are in sweep.json and on stderr; the other runs' results are still written),
     2 for bad input.
     """
-    from recperf.cluster.sweep import Sweep, SweepInterrupted, run_sweep, split_trace, write_sweep
+    from recperf.cluster.sweep import GROUP_METRICS, SweepInterrupted, SweepSpec, write_sweep
 
-    names = parse_names(schedulers, "--schedulers")
-    check_range("--max-runs", max_runs, 1, 10**9)
-    if seed_count(seeds) > max_runs:  # before listing them: 0-10000000000 would exhaust memory
-        raise ConfigError(
-            f"--seeds {seeds}: {seed_count(seeds):,} seeds, above --max-runs {max_runs:,}"
-        )
-    formats = trace_scopes([split_trace(t)[0] for t in parse_names(traces, "--traces")], fmt)
-    opts = settings.with_sets(opt or [], "--opt").resolve(["engine", *formats, placement, *names])
-    check_trace_options(formats, opts, drop_invalid)
-    if "congestion" in opts["engine"]:
-        raise ConfigError("engine.congestion: a sweep takes its congestion from --congestion")
-    PLACEMENTS.config(placement, opts[placement])
-    base = RunSpec(
-        format=fmt,
-        placement=placement,
-        cluster=cluster,
-        jitter_s=jitter_s,
-        trace_options={f: opts[f] for f in formats},
-        drop_oversized=drop_oversized,
-        engine=from_mapping(EngineConfig, opts["engine"], "engine"),
-    )
-    sweep = Sweep(
-        traces=parse_names(traces, "--traces"),
-        schedulers=names,
-        congestion=parse_floats(congestion, "--congestion"),
-        seeds=parse_seeds(seeds, "--seeds"),
-        scheduler_options={n: opts[n] for n in names if opts[n]},
-        base=base,
-        max_runs=max_runs,
-    )
-    n = sweep.size
+    spec = SweepSpec.build(
+        traces=traces, schedulers=schedulers, congestion=congestion, seeds=seeds,
+        max_runs=max_runs, options=settings.with_sets(opt or [], "--opt").resolve, fmt=fmt,
+        placement=placement, cluster=cluster, jitter_s=jitter_s, drop_invalid=drop_invalid,
+        drop_oversized=drop_oversized, backend=backend, workers=workers, address=address,
+        keep_jobs=keep_jobs, resume=resume,
+    )  # fmt: skip
     out = settings.out
     assert out is not None
     try:
         with counts_from_first_update(f"sweep ({backend})", "runs") as bar:
-            result = run_sweep(
-                sweep, backend=backend, workers=workers, address=address, keep_jobs=keep_jobs,
-                counts=bar, out=out, resume=resume,
-            )  # fmt: skip
+            result = spec.run(out, counts=bar)
     except SweepInterrupted as stop:
-        err_console.print(
-            f"{stop.kept} of {stop.total} runs kept in {out / 'runs'}; to run the other "
-            f"{stop.total - stop.kept}, repeat the command with --resume",
-            markup=False, highlight=False, soft_wrap=True,
-        )  # fmt: skip
+        say(f"{stop.kept} of {stop.total} runs kept in {out / 'runs'}; to run the other "
+            f"{stop.total - stop.kept}, repeat the command with --resume")  # fmt: skip
         raise
     summary = write_sweep(out, result)
     settings.emit(summary, name=None)  # write_sweep wrote sweep.json
     print_table(
-        f"{n} runs: {summary['runs_ok']} ok, {summary['runs_failed']} failed "
+        f"{spec.sweep.size} runs: {summary['runs_ok']} ok, {summary['runs_failed']} failed "
         "(mean and std over the ok seeds)",
         sweep_table_rows(summary["groups"]),
-        ("trace", "scheduler", "congestion", "runs_ok", *SWEEP_METRICS, "preemptions"),
+        ("trace", "scheduler", "congestion", "runs_ok", *GROUP_METRICS, "preemptions"),
     )
     for f in summary["failures"]:
-        err_console.print(
-            f"failed: {f['trace']}/{f['scheduler']}/congestion {f['congestion']:g}/"
-            f"seed {f['seed']}: {f['error']}",
-            markup=False, highlight=False, soft_wrap=True,
-        )  # fmt: skip
-    err_console.print(f"results in {out}", markup=False, highlight=False)
+        say(f"failed: {f['trace']}/{f['scheduler']}/congestion {f['congestion']:g}/"
+            f"seed {f['seed']}: {f['error']}")  # fmt: skip
+    say(f"results in {out}")
     if summary["failures"]:
         raise typer.Exit(1)
+
+
+def say(line: str) -> None:
+    """One line to stderr as it is: paths and error texts may hold rich markup characters."""
+    err_console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _trace_entry(name: str) -> str:

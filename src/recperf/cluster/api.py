@@ -121,6 +121,20 @@ def trace_scopes(traces: Sequence[str], fmt: str | None) -> list[str]:
     return [f for f in formats if f is not None and f != "synthetic" and _takes_options(f)]
 
 
+def checked_options(
+    opts: Mapping[str, dict[str, Any]], formats: Sequence[str], placement: str, drop_invalid: bool
+) -> dict[str, dict[str, Any]]:
+    """The ``trace_options`` of a run (or a sweep) of ``formats``, from options by scope: each
+    format's (with ``drop_invalid`` in them) and the placement's validated now, so a bad column
+    mapping fails before any trace is read."""
+    for f in formats:
+        if drop_invalid:
+            opts[f]["drop_invalid"] = True
+        TRACE_LOADERS.config(f, opts[f])
+    PLACEMENTS.config(placement, opts[placement])
+    return {f: opts[f] for f in formats}
+
+
 def _takes_options(fmt: str) -> bool:
     try:
         return TRACE_LOADERS.entry(fmt).config is not None

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
-import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -14,11 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
-from recperf.cluster.api import RunSpec, build_placement, build_scheduler, load_jobs
+from recperf.cluster.api import (
+    RunSpec,
+    build_placement,
+    build_scheduler,
+    checked_options,
+    load_jobs,
+    trace_scopes,
+)
 from recperf.cluster.limits import MAX_SWEEP_RUNS
+from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.sweep_backends import (
     RUN_KEYS,
     OnDone,
@@ -31,14 +35,30 @@ from recperf.cluster.sweep_backends import (
     failed_outcome,
     run_one,
 )
+from recperf.cluster.sweep_results import (
+    GROUP_KEYS,
+    GROUP_METRICS,
+    SweepResult,
+    jobs_table,
+    summarize_groups,
+    uniform_rows,
+    write_sweep,
+)
 from recperf.cluster.sweep_store import RunStore
 from recperf.cluster.sweep_tally import SweepTally
 from recperf.cluster.topology import preset_names
 from recperf.cluster.traces import BUNDLED
-from recperf.core.config import check_range, check_seed
+from recperf.core.config import (
+    check_range,
+    check_seed,
+    from_mapping,
+    parse_floats,
+    parse_names,
+    parse_seeds,
+)
 from recperf.core.errors import ConfigError
 from recperf.core.progress import CountFn, ProgressFn
-from recperf.core.results import exclusive_dir, write_json, write_parquet
+from recperf.core.results import exclusive_dir
 
 __all__ = [
     "BACKENDS",
@@ -50,6 +70,7 @@ __all__ = [
     "SweepInterrupted",
     "SweepResult",
     "SweepRun",
+    "SweepSpec",
     "error_text",
     "failed_outcome",
     "run_one",
@@ -60,8 +81,6 @@ __all__ = [
 ]
 
 BACKENDS = ("local", "ray", "serial")
-GROUP_KEYS = ("trace", "cluster", "scheduler", "congestion")
-GROUP_METRICS = ("makespan_s", "jct_mean_s", "jct_p95_s", "comm_overhead_frac")
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -168,6 +187,121 @@ class Sweep:
         }
 
 
+Resolve = Callable[[Sequence[str]], dict[str, dict[str, Any]]]
+"""Options by scope for the scopes named (``Settings.resolve``: --config, --set and flags)."""
+
+
+def _no_options(scopes: Sequence[str]) -> dict[str, dict[str, Any]]:
+    return {s: {} for s in scopes}
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class SweepSpec:
+    """A sweep as a command states it: its runs and where they execute. ``build`` makes one from
+    the command line's text; each bad value is one ConfigError naming its flag or field."""
+
+    sweep: Sweep
+    """The runs."""
+    backend: str = "local"
+    """Where runs execute: local (a process pool), ray, or serial (in this process)."""
+    workers: int | None = None
+    """Parallel runs (local processes or CPUs of a local Ray); None: every CPU."""
+    address: str | None = None
+    """The Ray cluster's address, only with backend ray; None: start Ray here."""
+    keep_jobs: bool = False
+    """Also keep every run's per-job rows (jobs.parquet)."""
+    resume: bool = False
+    """Keep the runs an interrupted sweep left in ``out/runs`` and run only the rest."""
+
+    def __post_init__(self) -> None:
+        check_backend(self.backend, self.workers, self.address)
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        traces: str,
+        schedulers: str,
+        congestion: str = "1",
+        seeds: str = "0",
+        max_runs: int = MAX_SWEEP_RUNS,
+        options: Resolve = _no_options,
+        fmt: str | None = None,
+        placement: str = "best-fit",
+        cluster: str | None = None,
+        jitter_s: float = 0.0,
+        drop_invalid: bool = False,
+        drop_oversized: bool = False,
+        backend: str = "local",
+        workers: int | None = None,
+        address: str | None = None,
+        keep_jobs: bool = False,
+        resume: bool = False,
+    ) -> SweepSpec:
+        """From the flags' text (``--traces a,b@c --seeds 0-4``) and ``options``, which gives
+        the engine's, the trace formats', the placement's and each scheduler's options."""
+        names = parse_names(schedulers, "--schedulers")
+        check_range("--max-runs", max_runs, 1, 10**9)
+        n_seeds = seed_count(seeds)
+        if n_seeds > max_runs:  # before listing them: 0-10000000000 would exhaust memory
+            raise ConfigError(f"--seeds {seeds}: {n_seeds:,} seeds, above --max-runs {max_runs:,}")
+        entries = parse_names(traces, "--traces")
+        formats = trace_scopes([split_trace(t)[0] for t in entries], fmt)
+        opts = options(["engine", *formats, placement, *names])
+        if "congestion" in opts["engine"]:
+            raise ConfigError("engine.congestion: a sweep takes its congestion from --congestion")
+        base = RunSpec(
+            format=fmt,
+            placement=placement,
+            cluster=cluster,
+            jitter_s=jitter_s,
+            trace_options=checked_options(opts, formats, placement, drop_invalid),
+            drop_oversized=drop_oversized,
+            engine=from_mapping(EngineConfig, opts["engine"], "engine"),
+        )
+        sweep = Sweep(
+            traces=entries,
+            schedulers=names,
+            congestion=parse_floats(congestion, "--congestion"),
+            seeds=parse_seeds(seeds, "--seeds"),
+            scheduler_options={n: opts[n] for n in names if opts[n]},
+            base=base,
+            max_runs=max_runs,
+        )
+        return cls(
+            sweep=sweep, backend=backend, workers=workers, address=address,
+            keep_jobs=keep_jobs, resume=resume,
+        )  # fmt: skip
+
+    def run(self, out: str | Path | None = None, counts: CountFn | None = None) -> SweepResult:
+        """``run_sweep`` of this spec, writing each run to ``out/runs`` as it finishes."""
+        return run_sweep(
+            self.sweep, backend=self.backend, workers=self.workers, address=self.address,
+            keep_jobs=self.keep_jobs, counts=counts, out=out, resume=self.resume,
+        )  # fmt: skip
+
+
+def seed_count(text: str) -> int:
+    """How many seeds ``--seeds`` lists, counted without listing them (0 for what
+    ``parse_seeds`` will reject)."""
+    total = 0
+    for item in text.split(","):
+        lo, dash, hi = item.strip().partition("-")
+        if lo.strip().isdigit() and (not dash or hi.strip().isdigit()):
+            total += max(int(hi) - int(lo) + 1, 0) if dash else 1
+    return total
+
+
+def check_backend(backend: str, workers: int | None, address: str | None) -> None:
+    """A known backend, ``address`` only for Ray, and a sane number of workers."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
+    if address is not None and backend != "ray":
+        raise ConfigError("--address only applies to --backend ray")
+    if workers is not None:
+        check_range("workers", workers, 1, 4096)
+
+
 def input_digests(sweep: Sweep) -> dict[str, str]:
     """The SHA-256 of each trace or cluster file the sweep reads (not the bundled ones), so a
     resumed sweep notices an input that changed since its first runs."""
@@ -192,22 +326,6 @@ def split_trace(entry: str) -> tuple[str, str | None]:
     if not name or not cluster:
         raise ConfigError(f"trace entry {entry!r}: expected NAME or NAME@CLUSTER")
     return name, cluster
-
-
-@dataclass(frozen=True)
-class SweepResult:
-    """Rows in the sweep's order with one column set, and all kept job rows as one table."""
-
-    sweep: Sweep
-    rows: list[dict[str, Any]]
-    jobs: pa.Table | None
-
-    @property
-    def failed(self) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["status"] != "ok"]
-
-    def groups(self) -> list[dict[str, Any]]:
-        return summarize_groups(self.rows)
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -238,12 +356,7 @@ def run_sweep(
     run is written to ``out/runs/`` as it finishes and the result is read back from there;
     ``resume`` keeps the runs of this sweep found there and runs the rest. An interrupt raises
     SweepInterrupted (a KeyboardInterrupt) saying how many runs ``out`` keeps."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}; allowed: {', '.join(BACKENDS)}")
-    if address is not None and backend != "ray":
-        raise ConfigError("--address only applies to --backend ray")
-    if workers is not None:
-        check_range("workers", workers, 1, 4096)
+    check_backend(backend, workers, address)
     runs = sweep.runs()
     with ExitStack() as stack:
         store = None if out is None else _open_store(stack, Path(out), sweep, keep_jobs)
@@ -271,7 +384,7 @@ def run_sweep(
             outcomes = [store.load(run) for run in runs]
     finished = [o for o in outcomes if o is not None]
     assert len(finished) == len(runs), "a backend lost a run"
-    return SweepResult(sweep, _uniform_rows([o.row for o in finished]), _jobs_table(finished))
+    return SweepResult(sweep, uniform_rows([o.row for o in finished]), jobs_table(finished))
 
 
 def _open_store(stack: ExitStack, out: Path, sweep: Sweep, keep_jobs: bool) -> RunStore:
@@ -309,62 +422,3 @@ def _execute(
         _run_local(runs, keep_jobs, min(workers, len(runs)), on_done)
     else:
         _run_ray(runs, keep_jobs, workers, address, on_done, on_start=start)
-
-
-def _uniform_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Give every row the same columns; a failed run's metrics are None (null in Parquet)."""
-    columns = [*RUN_KEYS, "status", "error", "wall_s"]
-    for row in rows:
-        columns += [k for k in row if k not in columns]
-    return [{c: row.get(c) for c in columns} for row in rows]
-
-
-def _jobs_table(outcomes: Sequence[RunOutcome]) -> pa.Table | None:
-    tables = [pa.table(o.jobs) for o in outcomes if o.jobs is not None]
-    if not tables:
-        return None
-    return pa.concat_tables(tables, promote_options="default")
-
-
-def summarize_groups(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per (trace, cluster, scheduler, congestion): runs ok/failed, and over the ok seeds the
-    mean and sample std (ddof 1; NaN for one seed) of the main metrics and mean preemptions."""
-    groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[k] for k in GROUP_KEYS), []).append(row)
-    out = []
-    for key, members in groups.items():
-        ok = [r for r in members if r["status"] == "ok"]
-        group: dict[str, Any] = dict(zip(GROUP_KEYS, key, strict=True))
-        group.update(runs_ok=len(ok), runs_failed=len(members) - len(ok))
-        for metric in (*GROUP_METRICS, "preemptions"):
-            vals = np.array([float(r[metric]) for r in ok], dtype=np.float64)
-            group[f"{metric}_mean"] = float(vals.mean()) if vals.size else math.nan
-            if metric != "preemptions":
-                group[f"{metric}_std"] = float(vals.std(ddof=1)) if vals.size > 1 else math.nan
-        out.append(group)
-    return out
-
-
-def write_sweep(out: str | Path, result: SweepResult) -> dict[str, Any]:
-    """Write runs.parquet, jobs.parquet (if kept) and, last, sweep.json; return sweep.json."""
-    out = Path(out)
-    rows = result.rows
-    write_parquet(out / "runs.parquet", {c: [r[c] for r in rows] for c in rows[0]})
-    if result.jobs is not None:
-        write_parquet(
-            out / "jobs.parquet", {c: result.jobs.column(c) for c in result.jobs.schema.names}
-        )
-    else:
-        (out / "jobs.parquet").unlink(missing_ok=True)  # a stale one would not match runs.parquet
-    failed = result.failed
-    summary = {
-        "sweep": result.sweep.definition(),
-        "runs_total": len(rows),
-        "runs_ok": len(rows) - len(failed),
-        "runs_failed": len(failed),
-        "failures": [{**{k: r[k] for k in RUN_KEYS}, "error": r["error"]} for r in failed],
-        "groups": result.groups(),
-    }
-    write_json(out / "sweep.json", summary)  # last: its presence marks a complete sweep
-    return summary
