@@ -330,6 +330,8 @@ def test_full_report_covers_the_traces_a_real_topology_and_the_congestion_grid(
     # the page's weight: plotly.js once (1.2 MB), the rest under 1.5 MB
     rest = len(page.encode("utf-8")) - len(plotly_js().encode("utf-8"))
     assert rest < 1.5e6, f"{rest / 1e6:.2f} MB besides plotly.js"
+    if shutil.which("chromium") or shutil.which("chromium-browser"):  # the full page lays out
+        check_layout(out, tmp_path, 1400)
     grid = report["sections"]["netsens"]["data"]
     assert (grid["trace"], grid["cluster"]) == ("helios-500", "helios")
     assert sorted((r["scheduler"], r["congestion"]) for r in grid["runs"]) == sorted(CELLS)
@@ -379,10 +381,8 @@ def _chromium() -> str:
     pytest.skip("chromium not installed: no chromium or chromium-browser on PATH")
 
 
-def _dump_dom(page: Path, profile: Path) -> str:
-    """The page's DOM after its scripts ran, checking that nothing reached the JS console: the
-    page logs only when a figure fails, and chromium logs every uncaught exception there."""
-    cmd = [
+def _chromium_args(profile: Path, width: int) -> list[str]:
+    return [
         _chromium(),
         "--headless",
         "--no-sandbox",
@@ -391,9 +391,19 @@ def _dump_dom(page: Path, profile: Path) -> str:
         "--disable-component-update",
         "--no-first-run",
         f"--user-data-dir={profile}",
+        f"--window-size={width},900",
+        "--virtual-time-budget=10000",
+    ]
+
+
+def _dump_dom(page: Path, profile: Path, width: int = 1400) -> str:
+    """The page's DOM after its scripts ran at ``width`` px, checking that nothing reached the
+    JS console: the page logs only when a figure fails, and chromium logs every uncaught
+    exception there."""
+    cmd = [
+        *_chromium_args(profile, width),
         "--enable-logging=stderr",
         "--v=0",
-        "--virtual-time-budget=10000",
         "--dump-dom",
         page.resolve().as_uri(),
     ]
@@ -402,6 +412,31 @@ def _dump_dom(page: Path, profile: Path) -> str:
     console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
     assert not console, "\n".join(console)[-2000:]
     return done.stdout
+
+
+def _body_data(dom: str, name: str) -> str:
+    body = re.search(r"<body[^>]*>", dom)
+    assert body is not None
+    found = re.search(rf'data-{name}="([^"]*)"', body.group(0))
+    assert found is not None, f"the page never recorded data-{name}: {body.group(0)[:500]}"
+    return html.unescape(found.group(1))
+
+
+def check_layout(page: Path, tmp_path: Path, width: int) -> None:
+    """At ``width`` px: every figure drew, nothing overflows its box, no two titles overlap
+    (the page's own check from the DOM's boxes), the summary ends within the first 900 px
+    (at 1400), and a screenshot is taken for a human to look at (kept in ``tmp_path``)."""
+    dom = _dump_dom(page, tmp_path / f"profile-{width}", width)
+    drawn, total = _figures_drawn(dom)
+    assert drawn == total
+    assert _body_data(dom, "layout") == "ok"
+    if width >= 1400:
+        assert int(_body_data(dom, "summary-bottom")) <= 900
+    shot = tmp_path / f"report-{width}.png"
+    cmd = [*_chromium_args(tmp_path / f"shot-{width}", width), f"--screenshot={shot}",
+           page.resolve().as_uri()]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-2000:]
 
 
 def _figures_drawn(dom: str) -> tuple[int, int]:
@@ -434,6 +469,14 @@ def test_every_figure_draws_in_chromium(
     for part in ingest:
         div = re.search(rf'<div class="rp-figure[^"]*" id="ingest-{part}".*?</svg>', dom, re.S)
         assert div is not None and 'class="main-svg"' in div.group(0), part
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", [1400, 1000])
+def test_the_page_lays_out_at_two_widths(
+    quick_report: tuple[Path, list[float]], tmp_path: Path, width: int
+) -> None:
+    check_layout(quick_report[0], tmp_path, width)
 
 
 @pytest.mark.browser
