@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recperf.stalls import netem, runner
-from recperf.stalls.analysis import run_stats
-from recperf.stalls.commmodel import CommSample, exposed_stall_s, fit
-from recperf.stalls.profile import ProfileConfig, profile
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.model.comm import CommSample, exposed_stall_s, fit
+from recperf.stalls.run import netem, runner
+from recperf.stalls.run.differential import run_stats
+from recperf.stalls.run.profile import ProfileConfig, profile
+from recperf.stalls.run.spec import RunSpec
 
 BANDWIDTHS = ("200mbit", "500mbit", "1gbit")
 
@@ -139,7 +139,7 @@ def instrumentation_cost_us(iters: int = 20000) -> dict[str, float]:
     """In one process: microseconds of CPU the Profiler adds per iteration (data wrap, step,
     three phases) over a bare loop, median of 5 interleaved trials (thread CPU time, so that
     other processes on a busy machine do not count)."""
-    from recperf.stalls.profiler import Profiler
+    from recperf.stalls.run.hook import Profiler
 
     def bare() -> float:
         t0 = time.thread_time()
@@ -180,8 +180,8 @@ def overhead_rank(blocks: int, block_iters: int, out: Path) -> None:
     from torch import nn
 
     from recperf.stalls.base import DataSpec
-    from recperf.stalls.profiler import Profiler
-    from recperf.stalls.workloads import DlrmWorkload
+    from recperf.stalls.run.hook import Profiler
+    from recperf.stalls.run.workloads import DlrmWorkload
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
@@ -342,7 +342,7 @@ def launch_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     bytes, less the communication the traces show overlapped with compute."""
     import sys
 
-    from recperf.stalls.launch import LaunchConfig, launch
+    from recperf.stalls.run.launch import LaunchConfig, launch
 
     example = Path(__file__).resolve().parents[1] / "examples" / "ddp_train.py"
     shape = LAUNCH_SHAPE
@@ -403,7 +403,7 @@ def analyze_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """``stalls analyze`` on the torch.profiler traces of a profile's runs (every timed
     iteration captured) versus the direct instrumentation of the same iterations: 2 ranks, on 2
     emulated nodes at 500 Mbit/s when root allows, with an injected data stall."""
-    from recperf.stalls.kineto import analyze_paths
+    from recperf.stalls.trace.kineto import analyze_paths
 
     nodes = 2 if netem.available() is None else 1
     cfg = ProfileConfig(

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from recperf.report import stalls_section as st
-from recperf.stalls.advisor import AdvisorConfig, advise
-from recperf.stalls.commmodel import CommModel
+from recperf.stalls.cost.advisor import AdvisorConfig, advise
+from recperf.stalls.model.comm import CommModel
 
 
 def one_run() -> dict[str, Any]:

@@ -25,8 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from recperf.stalls import netem
-from recperf.stalls.profile import ProfileConfig, profile
+from recperf.stalls.run import netem
+from recperf.stalls.run.profile import ProfileConfig, profile
 
 FRAME_PER_PAYLOAD = 1514 / 1448
 RANK = r"""

@@ -22,7 +22,7 @@ import pytest
 from recperf.ingest.data.criteo import GenerateConfig, generate
 from recperf.ingest.live.dispatch import sweep_stale_items
 from recperf.ingest.live.items import SHM_DIR
-from recperf.stalls import netem
+from recperf.stalls.run import netem
 
 RECPERF = [sys.executable, str(Path(sys.executable).parent / "recperf")]
 

@@ -23,7 +23,7 @@ from recperf.core.config import check_range
 from recperf.ingest.base import Target
 from recperf.ingest.tuners.base import TUNERS, TuneResult
 from recperf.ingest.tuners.static import Static, StaticConfig
-from recperf.stalls.workloads import MlpWorkload
+from recperf.stalls.run.workloads import MlpWorkload
 
 runner = CliRunner()
 SEEN: list[tuple[str, int]] = []

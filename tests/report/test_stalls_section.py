@@ -19,10 +19,10 @@ from recperf.report import stalls_section as st
 from recperf.report.builder import SECTIONS
 from recperf.report.ingest_section import ingest_section
 from recperf.report.section import FIGURE_CLASS, Section
-from recperf.stalls import netem
-from recperf.stalls.advisor import AdvisorConfig, advise
-from recperf.stalls.analysis import STALLS
-from recperf.stalls.commmodel import PARAMS, CommSample, fit
+from recperf.stalls.cost.advisor import AdvisorConfig, advise
+from recperf.stalls.model.comm import PARAMS, CommSample, fit
+from recperf.stalls.result import STALLS
+from recperf.stalls.run import netem
 
 EVIL = "<script>alert(1)</script>"
 EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from recperf.core.errors import ConfigError
-from recperf.stalls.advisor import (
+from recperf.report.stalls_figures import write_pareto_html
+from recperf.stalls.cost.advisor import (
     DEFAULT_MODEL,
     Advice,
     AdvisorConfig,
@@ -24,15 +25,14 @@ from recperf.stalls.advisor import (
     comm_seconds,
     predict_candidate,
     verdict,
-    write_pareto_html,
 )
-from recperf.stalls.catalog import (
+from recperf.stalls.cost.catalog import (
     INSTANCE_COLUMNS,
     Instance,
     load_gpu_models,
     load_instances,
 )
-from recperf.stalls.commmodel import CommModel, CommSample, fit
+from recperf.stalls.model.comm import CommModel, CommSample, fit
 
 GPUS = load_gpu_models()
 INSTANCES = {i.instance: i for i in load_instances()}

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from recperf.core.errors import ConfigError
-from recperf.stalls import analysis
-from recperf.stalls.profile import ddp_buckets
-from recperf.stalls.profiler import TRACE_FORMAT, IterRecord, Profiler
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.run import differential
+from recperf.stalls.run.hook import TRACE_FORMAT, IterRecord, Profiler
+from recperf.stalls.run.profile import ddp_buckets
+from recperf.stalls.run.spec import RunSpec
 
 
 def _trace(records: list[IterRecord], warmup: int = 0, **meta: Any) -> dict[str, Any]:
@@ -44,15 +44,15 @@ def _rec(
 
 
 def test_union_merges_overlaps() -> None:
-    assert analysis._union([(0, 2), (1, 3), (5, 6)]) == pytest.approx(4.0)
-    assert analysis._union([]) == 0.0
+    assert differential._union([(0, 2), (1, 3), (5, 6)]) == pytest.approx(4.0)
+    assert differential._union([]) == 0.0
 
 
 def test_exposed_is_from_last_launch_to_last_completion() -> None:
     # step 0.1..0.5; buckets (0.2, 0.35) and (0.3, 0.45): last launch 0.3, last done 0.45
     rec = _rec(0.0, 0.1, 0.4, comm=[(0.2, 0.35), (0.3, 0.45)], bwd=(0.15, 0.46))
-    it = analysis._iterations(_trace([rec]))[0]
-    f = analysis._iteration_figures(it)
+    it = differential._iterations(_trace([rec]))[0]
+    f = differential._iteration_figures(it)
     assert f["data_wait_s"] == pytest.approx(0.1)
     assert f["exposed_comm_s"] == pytest.approx(0.15)
     assert f["comm_busy_s"] == pytest.approx(0.25)
@@ -66,7 +66,7 @@ def test_run_stats_drops_warmup_and_averages_ranks() -> None:
     spec = RunSpec(name="intra", workload="mlp", ranks=2, warmup=1)
     slow = _trace([_rec(0, 0.5, 5.0), _rec(10, 0.1, 1.0), _rec(20, 0.1, 1.2)], warmup=1)
     fast = _trace([_rec(0, 0.5, 5.0), _rec(10, 0.2, 0.8), _rec(20, 0.2, 0.8)], warmup=1)
-    s = analysis.run_stats(spec, [slow, fast])
+    s = differential.run_stats(spec, [slow, fast])
     assert s.iteration_s == pytest.approx(((1.1 + 1.3) / 2 + 1.0) / 2)
     assert s.data_wait_s == pytest.approx(0.15)
     assert s.grad_bytes == 100 and s.flops_per_iter == 1e6
@@ -74,11 +74,11 @@ def test_run_stats_drops_warmup_and_averages_ranks() -> None:
 
 def test_not_a_trace_is_rejected() -> None:
     with pytest.raises(ConfigError, match="not a recperf stall trace"):
-        analysis._iterations({"traceEvents": [], "recperf": {"format": "x"}})
+        differential._iterations({"traceEvents": [], "recperf": {"format": "x"}})
     assert TRACE_FORMAT.startswith("recperf")
 
 
-def _stats(name: str, it: float, **kw: float) -> analysis.RunStats:
+def _stats(name: str, it: float, **kw: float) -> differential.RunStats:
     base = {
         "iteration_median_s": it,
         "data_wait_s": 0.0,
@@ -89,7 +89,7 @@ def _stats(name: str, it: float, **kw: float) -> analysis.RunStats:
         "comm_busy_s": 0.0,
         "buckets": 0.0,
     }
-    return analysis.RunStats(
+    return differential.RunStats(
         name=name,
         ranks=2,
         nodes=1,
@@ -113,7 +113,7 @@ def test_differential_decomposes_and_sums_to_iteration() -> None:
         "warm": _stats("warm", 2.9, data_wait_s=0.4, exposed_comm_s=1.2),
         "cold": _stats("cold", 3.0, data_wait_s=0.5, exposed_comm_s=1.2),
     }
-    d = analysis.differential(runs)
+    d = differential.differential(runs)
     assert d["compute_s"] == pytest.approx(1.2) and d["contention_s"] == pytest.approx(0.2)
     assert d["interconnect_stall_s"] == pytest.approx(0.3)
     assert d["network_stall_s"] == pytest.approx(1.0)
@@ -121,20 +121,20 @@ def test_differential_decomposes_and_sums_to_iteration() -> None:
     assert d["data_fetch_stall_s"] == pytest.approx(0.1)
     assert d["unexplained_s"] == pytest.approx(0.0)
     assert "run 'network' - run 'intra'" in d["method"]["network_stall_s"]
-    c = analysis.cross_check(d, analysis.direct(runs))
+    c = differential.cross_check(d, differential.direct(runs))
     assert c["network_stall_s"]["direct_s"] == pytest.approx(0.95)
     assert c["network_stall_s"]["rel_diff"] == pytest.approx(0.05)
     assert c["data_stall_s"]["direct_s"] == pytest.approx(0.5)
 
 
 def test_differential_without_comm_runs_says_not_measured() -> None:
-    d = analysis.differential({"compute": _stats("compute", 1.0)})
+    d = differential.differential({"compute": _stats("compute", 1.0)})
     assert d["iteration_s"] == 1.0 and d["network_stall_s"] == 0.0
     assert d["method"]["network_stall_s"].startswith("not measured")
 
 
 def test_negative_noise_is_clipped() -> None:
-    d = analysis.differential({"compute": _stats("compute", 1.0), "warm": _stats("warm", 0.9)})
+    d = differential.differential({"compute": _stats("compute", 1.0), "warm": _stats("warm", 0.9)})
     assert d["data_prep_stall_s"] == 0.0
     assert d["unexplained_s"] == pytest.approx(-0.1)
 
@@ -170,15 +170,15 @@ def test_torch_trace_iterations_use_annotations_and_collectives() -> None:
         _x("recperf:step", 0.52, 0.6),
         _x("gloo:broadcast", 0.53, 0.55, tid=7),
     ]
-    its = analysis.torch_iterations({"traceEvents": events})
+    its = differential.torch_iterations({"traceEvents": events})
     assert len(its) == 2
-    f = analysis._iteration_figures(its[0])
+    f = differential._iteration_figures(its[0])
     assert f["exposed_comm_s"] == pytest.approx(0.15) and f["buckets"] == 2
     assert f["data_wait_s"] == pytest.approx(0.1)
     assert f["backward_s"] == pytest.approx(0.31 - 0.15)
-    g = analysis._iteration_figures(its[1])
+    g = differential._iteration_figures(its[1])
     assert g["buckets"] == 0 and g["data_wait_s"] == pytest.approx(0.02)
-    figs = analysis.torch_trace_figures([{"traceEvents": events}])
+    figs = differential.torch_trace_figures([{"traceEvents": events}])
     assert figs["exposed_comm_s"] == pytest.approx(0.075)
 
 
@@ -189,10 +189,10 @@ def test_torch_trace_prefers_nccl_kernels_on_gpus() -> None:
         _x("nccl:all_reduce", 0.2, 0.21),
         _x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0.22, 0.4, cat="kernel", tid=3),
     ]
-    (it,) = analysis.torch_iterations({"traceEvents": events})
+    (it,) = differential.torch_iterations({"traceEvents": events})
     assert it["comm"] == [pytest.approx((0.22, 0.4))]
 
 
 def test_torch_trace_without_annotations_is_explained() -> None:
     with pytest.raises(ConfigError, match="annotate=True"):
-        analysis.torch_iterations({"traceEvents": [_x("aten::mm", 0, 1, "cpu_op")]})
+        differential.torch_iterations({"traceEvents": [_x("aten::mm", 0, 1, "cpu_op")]})

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from recperf.cli.stalls import app
-from recperf.stalls.catalog import INSTANCE_COLUMNS
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.cost.catalog import INSTANCE_COLUMNS
+from recperf.stalls.run.spec import RunSpec
 
 cli = CliRunner()
 GOOD_MODEL = {"alpha_s": 1e-5, "bucket_s": 1e-5, "beta_intra_s_per_byte": 1e-9,

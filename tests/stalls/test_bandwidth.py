@@ -8,7 +8,7 @@ import re
 import pytest
 
 from recperf.core.errors import ConfigError
-from recperf.stalls import netem
+from recperf.stalls.run import netem
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from recperf.core.errors import TraceFormatError
-from recperf.stalls.catalog import load_gpu_models, load_instances, pareto_front
+from recperf.stalls.cost.catalog import load_gpu_models, load_instances, pareto_front
 
 
 def test_bundled_catalog_loads() -> None:

@@ -15,15 +15,15 @@ from typer.testing import CliRunner
 
 from recperf.cli.main import app
 from recperf.core.errors import ConfigError, TraceFormatError
-from recperf.stalls.advisor import (
+from recperf.stalls.cost.advisor import (
     DEFAULT_MODEL,
     AdvisorConfig,
     advise,
     comm_seconds,
     predict_candidate,
 )
-from recperf.stalls.catalog import Instance, load_catalog, load_gpu_models, load_instances
-from recperf.stalls.skypilot import gpu_memory_gib, gpu_name, load_links, load_skypilot
+from recperf.stalls.cost.catalog import Instance, load_catalog, load_gpu_models, load_instances
+from recperf.stalls.cost.skypilot import gpu_memory_gib, gpu_name, load_links, load_skypilot
 
 VMS = Path(__file__).parent.parent / "data" / "skypilot" / "vms.csv"
 GPUS = load_gpu_models()

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 from recperf.cli.main import app
 from recperf.core.errors import ConfigError
-from recperf.stalls import analysis, runner
-from recperf.stalls.chakra import Iteration, backward_segments, build_nodes, pick_run
-from recperf.stalls.chakra_schema import decode_trace, encode_trace, message_class
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.run import differential, runner
+from recperf.stalls.run.spec import RunSpec
+from recperf.stalls.trace.chakra import Iteration, backward_segments, build_nodes, pick_run
+from recperf.stalls.trace.chakra_schema import decode_trace, encode_trace, message_class
 
 cli = CliRunner()
 DATA = Path(__file__).parent.parent / "data" / "chakra"
@@ -129,7 +129,7 @@ def test_files_match_the_traces(
         prev_opt = opt.id
     # the backward segments add up to the analysis's backward compute (backward less exposed)
     spec = RunSpec.load(profile / "runs" / "intra" / "spec.json")
-    backward_s = analysis.run_stats(spec, [trace]).backward_s
+    backward_s = differential.run_stats(spec, [trace]).backward_s
     segs = [n.duration_micros for n in nodes if n.name.startswith("backward#")]
     assert sum(segs) / 3 / 1e6 == pytest.approx(backward_s, abs=3 * len(segs) * 1e-6)
     assert summary["ranks"][rank]["comm_nodes"] == 6

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from recperf.core.errors import ConfigError
-from recperf.stalls.commmodel import (
+from recperf.stalls.model.comm import (
     CommModel,
     CommPrediction,
     CommSample,

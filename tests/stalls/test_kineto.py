@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 from recperf.cli.stalls import app
 from recperf.core.errors import ConfigError
-from recperf.stalls import analysis
-from recperf.stalls.advisor import ProfileSummary
-from recperf.stalls.kineto import analyze_paths, find_traces
-from recperf.stalls.profiler import IterRecord, Profiler
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.cost.advisor import ProfileSummary
+from recperf.stalls.run import differential
+from recperf.stalls.run.hook import IterRecord, Profiler
+from recperf.stalls.run.spec import RunSpec
+from recperf.stalls.trace.kineto import analyze_paths, find_traces
 
 from .kineto_record import record
 
@@ -170,7 +170,7 @@ def _own_trace(path: Path) -> RunSpec:
 
 def test_recperf_own_traces_give_the_direct_figures(tmp_path: Path) -> None:
     spec = _own_trace(tmp_path / "rank0.json")
-    direct = analysis.run_stats_from_files(spec, [tmp_path / "rank0.json"])
+    direct = differential.run_stats_from_files(spec, [tmp_path / "rank0.json"])
     s = analyze_paths([tmp_path / "rank0.json"])
     assert s["iters"] == 2  # the warm-up iteration is dropped, as the direct analysis does
     for key in ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "comm_busy_s",

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from recperf.cli.main import app
 from recperf.core.errors import ConfigError
-from recperf.stalls import netem, runner
-from recperf.stalls.launch import LaunchConfig, launch, rank_env, trace_dir, trace_path
+from recperf.stalls.run import netem, runner
+from recperf.stalls.run.launch import LaunchConfig, launch, rank_env, trace_dir, trace_path
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "ddp_train.py"

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from recperf.stalls import netem
+from recperf.stalls.run import netem
 
 pytestmark = pytest.mark.skipif(netem.available() is not None, reason=str(netem.available()))
 

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from recperf.cli.main import app
 from recperf.core.errors import ConfigError
-from recperf.stalls import netem, runner
-from recperf.stalls.commmodel import CommSample, fit
-from recperf.stalls.profile import ProfileConfig, busy_warning, profile
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.model.comm import CommSample, fit
+from recperf.stalls.run import netem, runner
+from recperf.stalls.run.profile import ProfileConfig, busy_warning, profile
+from recperf.stalls.run.spec import RunSpec
 
 TINY = {"features": 8, "hidden": [16]}
 FIGURES = (
@@ -188,7 +188,7 @@ def test_bad_input_is_one_line(
 
 
 def test_failed_rank_stops_the_run_with_its_log(tmp_path: Path) -> None:
-    spec = RunSpec(name="broken", workload="recperf.stalls.workloads:Nope", ranks=2, iters=1)
+    spec = RunSpec(name="broken", workload="recperf.stalls.run.workloads:Nope", ranks=2, iters=1)
     with pytest.raises(runner.RunError, match=r"run broken: rank .* has no 'Nope'"):
         runner.launch(spec, tmp_path)
 

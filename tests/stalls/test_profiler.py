@@ -17,10 +17,10 @@ import torch.distributed as dist
 from torch import nn
 
 from recperf.core.errors import ConfigError
-from recperf.stalls import analysis
-from recperf.stalls.profiler import Profiler
-from recperf.stalls.runner import free_port
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.run import differential
+from recperf.stalls.run.hook import Profiler
+from recperf.stalls.run.runner import free_port
+from recperf.stalls.run.spec import RunSpec
 
 
 def _slow(n: int, delay: float) -> Iterator[int]:
@@ -45,7 +45,7 @@ def test_data_wait_and_phases_are_timed(tmp_path: Path) -> None:
         assert name == "forward" and b - a >= 0.01
     trace = prof.write_trace(tmp_path / "rank0.json", meta={"warmup": 0})
     assert trace.is_file()
-    its = analysis._iterations(prof.trace(0, {"warmup": 1}))
+    its = differential._iterations(prof.trace(0, {"warmup": 1}))
     assert len(its) == 2
 
 
@@ -125,7 +125,7 @@ TWO_RANKS = """
 import json, sys
 import torch, torch.distributed as dist
 from torch import nn
-from recperf.stalls.profiler import Profiler
+from recperf.stalls.run.hook import Profiler
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()

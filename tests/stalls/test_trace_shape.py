@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from recperf.stalls import analysis, runner
-from recperf.stalls.profiler import ANNOTATION, MAIN_TID, TRACE_FORMAT, IterRecord, Profiler
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.run import differential, runner
+from recperf.stalls.run.hook import ANNOTATION, MAIN_TID, TRACE_FORMAT, IterRecord, Profiler
+from recperf.stalls.run.spec import RunSpec
 
 WARMUP, ITERS = 1, 3
 PHASES = ["recperf:forward", "recperf:backward", "recperf:optimizer"]
@@ -183,15 +183,15 @@ def test_both_formats_and_the_kineto_reading_give_the_same_figures(
     for rank, t in enumerate(old):
         paths.append(tmp_path / f"rank{rank}.json")
         paths[-1].write_text(json.dumps(t))
-    new_stats = analysis.run_stats_from_files(spec, [out / f"rank{r}.json" for r in range(2)])
-    assert analysis.run_stats_from_files(spec, paths) == new_stats
+    new_stats = differential.run_stats_from_files(spec, [out / f"rank{r}.json" for r in range(2)])
+    assert differential.run_stats_from_files(spec, paths) == new_stats
     assert new_stats.buckets == 1 and new_stats.iteration_s > new_stats.data_wait_s > 0.002
     # torch_iterations reads recperf's own traces like torch.profiler ones (warmup included)
-    by_torch = analysis.torch_trace_figures(traces)
+    by_torch = differential.torch_trace_figures(traces)
     per_rank = []
     for t in traces:
         every = {**t, "recperf": {**t["recperf"], "warmup": 0}}
-        figs = [analysis._iteration_figures(it) for it in analysis._iterations(every)]
+        figs = [differential._iteration_figures(it) for it in differential._iterations(every)]
         per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
     assert set(by_torch) == set(per_rank[0])
     for key, value in by_torch.items():
@@ -232,7 +232,7 @@ def test_holistic_trace_analysis_loads_them_and_agrees(
         assert depth == {"ProfilerStep": {0}, "recperf:data_wait": {1}, "recperf:step": {1},
                          **{p: {2} for p in PHASES}, "recperf:allreduce": {0}}  # fmt: skip
         # HTA's times are ours rounded to whole microseconds (ts up, end down)
-        ours = analysis.run_stats(RunSpec(name="intra", workload="mlp", ranks=2), [trace])
+        ours = differential.run_stats(RunSpec(name="intra", workload="mlp", ranks=2), [trace])
         timed = df[df["iteration"] >= WARMUP]
         steps = [d for d, n in zip(timed["dur"], timed["name"], strict=True)
                  if sym[n].startswith("ProfilerStep#")]  # fmt: skip

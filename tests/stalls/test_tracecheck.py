@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from recperf.cli.stalls import app
-from recperf.stalls.kineto import analyze_paths
-from recperf.stalls.profiler import IterRecord, Profiler
+from recperf.stalls.run.hook import IterRecord, Profiler
+from recperf.stalls.trace.kineto import analyze_paths
 
 DATA = Path(__file__).parents[1] / "data" / "kineto"
 NCCL = DATA / "hta_nccl_2gpu" / "nccl_data.json.gz"

@@ -13,7 +13,7 @@ import torch
 
 from recperf.core.errors import ConfigError, ContractError, RegistryError, TraceFormatError
 from recperf.stalls.base import WORKLOADS, DataSpec, check_workload, grad_bytes
-from recperf.stalls.workloads import MlpWorkload, RecordFile
+from recperf.stalls.run.workloads import MlpWorkload, RecordFile
 
 TINY: dict[str, dict[str, Any]] = {
     "dlrm": {"table_rows": 50, "embedding_dim": 4},

@@ -10,26 +10,19 @@ import typer
 
 from recperf.cli.common import err_console, one_line_errors, print_table
 from recperf.cli.options import Flag, Settings, command
+from recperf.cli.stalls_app import app
 from recperf.core.config import from_mapping, load_json_object
 from recperf.core.errors import ConfigError
 from recperf.core.files import check_input
 from recperf.core.progress import progress_bar
+from recperf.stalls.result import FIGURES
 
-app = typer.Typer(
-    help="Distributed-training stalls: profile, communication model, cloud advisor.",
-    no_args_is_help=True,
-)
+__all__ = ["app"]  # the group's app, for cli/app.py; its commands register on it below
+
 EPOCH_SAMPLES = {"dlrm": 45_840_617, "mlp": 1_000_000, "convnet": 50_000}
 """Default samples per epoch: Criteo Kaggle's rows, a 1M-row table, CIFAR-10's training set."""
 PARETO_COLUMNS = ("instance", "count", "total_h", "total_low_h", "total_high_h", "verdict",
                   "cost_usd", "compute_s", "exposed_comm_s", "data_stall_s")  # fmt: skip
-FIGURES = (
-    "compute_s",
-    "data_fetch_stall_s",
-    "data_prep_stall_s",
-    "interconnect_stall_s",
-    "network_stall_s",
-)
 
 
 def _summary_file(directory: Path, flag: str = "--profile") -> dict[str, Any]:
@@ -77,7 +70,7 @@ def profile_cmd(
 
     Cross-checked by direct instrumentation (data wait, DDP all-reduce hook)."""
     from recperf.stalls.base import WORKLOADS
-    from recperf.stalls.profile import ProfileConfig, profile
+    from recperf.stalls.run.profile import ProfileConfig, profile
 
     settings = settings.with_sets((f"{workload}.{pair}" for pair in option), "--option")
     opts = settings.resolve(["profile", workload])
@@ -145,7 +138,7 @@ def analyze_cmd(
     """Stall breakdown of any torch.profiler traces, per rank and iteration.
 
     Reads ProfilerStep#N iterations, DataLoader waits, and gloo or NCCL collectives; or, with
-    --run, one recperf run's traces (e.g. launched with torchrun -m recperf.stalls.rank
+    --run, one recperf run's traces (e.g. launched with torchrun -m recperf.stalls.run.rank
     RUN/spec.json)."""
     if run is not None:
         if traces:
@@ -154,7 +147,7 @@ def analyze_cmd(
         return
     if not traces:
         raise ConfigError("--traces: required (trace files or directories), or --run DIR")
-    from recperf.stalls.kineto import analyze_paths, find_traces
+    from recperf.stalls.trace.kineto import analyze_paths, find_traces
 
     paths = find_traces(traces)
     summary = analyze_paths(paths, ranks_per_node=ranks_per_node, skip_steps=skip_steps)
@@ -197,15 +190,15 @@ def _print_analysis(s: dict[str, Any]) -> None:
 
 
 def _analyze_run(settings: Settings, run: Path) -> None:
-    from recperf.stalls import analysis
-    from recperf.stalls.spec import RunSpec
+    from recperf.stalls.run import differential
+    from recperf.stalls.run.spec import RunSpec
 
     spec = RunSpec.load(run / "spec.json")
     paths = [run / f"rank{r}.json" for r in range(spec.ranks)]
     present = [p for p in paths if p.is_file()]
     if len(present) != spec.ranks:
         raise ConfigError(f"{run}: {len(present)} of {spec.ranks} rank traces present")
-    stats = analysis.stats_json(analysis.run_stats_from_files(spec, present))
+    stats = differential.stats_json(differential.run_stats_from_files(spec, present))
     settings.emit(stats, "analysis.json")
     print_table(
         f"run {spec.name}",
@@ -238,7 +231,7 @@ def fit_cmd(
     Refused, naming the terms and what is missing, when the samples cannot tell two measured
     terms apart (e.g. every multi-node sample at one bandwidth); terms no sample exercises are
     left out and named."""
-    from recperf.stalls.commmodel import describe, fit, samples_from
+    from recperf.stalls.model.comm import describe, fit, samples_from
 
     held = {}
     for pair in hold:
@@ -282,8 +275,8 @@ def predict_cmd(
     from dataclasses import replace
 
     from recperf.core.config import check_range
-    from recperf.stalls.commmodel import CommModel, check_shape, exposed_stall_s
-    from recperf.stalls.netem import parse_bandwidth
+    from recperf.stalls.model.comm import CommModel, check_shape, exposed_stall_s
+    from recperf.stalls.run.netem import parse_bandwidth
 
     m = CommModel.load(model)
     n_nodes = nodes if nodes is not None else (ranks if bandwidth is not None else 1)
@@ -341,9 +334,10 @@ def advise_cmd(
 
     Predicts time and cost of every instance type and count and plots the time-cost Pareto
     frontier."""
-    from recperf.stalls.advisor import AdvisorConfig, advise, write_pareto_html
-    from recperf.stalls.catalog import load_catalog, load_gpu_models
-    from recperf.stalls.commmodel import CommModel
+    from recperf.report.stalls_figures import write_pareto_html
+    from recperf.stalls.cost.advisor import AdvisorConfig, advise
+    from recperf.stalls.cost.catalog import load_catalog, load_gpu_models
+    from recperf.stalls.model.comm import CommModel
 
     summary = _summary_file(profile)
     samples = (
@@ -405,7 +399,7 @@ def advise_cmd(
 @one_line_errors
 def cleanup_cmd() -> None:
     """Remove network namespaces and links left by killed profiling runs."""
-    from recperf.stalls import netem
+    from recperf.stalls.run import netem
 
     why = netem.available()
     if why:
@@ -414,5 +408,6 @@ def cleanup_cmd() -> None:
     err_console.print(f"removed {netem.cleanup()} namespace(s) and link(s)")
 
 
-import recperf.cli.stalls_export  # noqa: E402, F401  (registers `stalls export` on app)
-from recperf.cli import stalls_launch  # noqa: E402, F401  (registers `stalls launch` on app)
+# After the commands above, so that `stalls --help` lists them first. Each module registers its
+# command on ``stalls_app.app``; neither imports this one.
+from recperf.cli import stalls_export, stalls_launch  # noqa: E402, F401

@@ -9,7 +9,7 @@ import typer
 
 from recperf.cli.common import err_console, print_table
 from recperf.cli.options import Settings, command
-from recperf.cli.stalls import app
+from recperf.cli.stalls_app import app
 from recperf.core.errors import ConfigError
 
 EXPORT_COLUMNS = ("rank", "iterations", "comp_nodes", "comm_nodes", "comm_bytes_per_iteration",
@@ -31,7 +31,7 @@ def export_cmd(
     Each holds the timed iterations' forward, backward (cut at each gradient bucket's launch)
     and optimizer compute nodes and one ALL_REDUCE node per bucket, with measured durations,
     bytes and dependencies."""
-    from recperf.stalls.chakra import ExportConfig, export_chakra
+    from recperf.stalls.trace.chakra import ExportConfig, export_chakra
 
     if not chakra:
         raise ConfigError("choose a format: --chakra (Chakra execution traces) is the one so far")

@@ -9,9 +9,10 @@ import typer
 
 from recperf.cli.common import err_console, print_table
 from recperf.cli.options import Flag, Settings, command
-from recperf.cli.stalls import FIGURES, app
+from recperf.cli.stalls_app import app
 from recperf.core.config import from_mapping
 from recperf.core.progress import progress_bar
+from recperf.stalls.result import FIGURES
 
 LAUNCH_FLAGS = (
     Flag("ranks", "launch", int | None, "Rank processes (default 2)"),
@@ -49,7 +50,7 @@ def launch_cmd(
     Compute, data and communication stalls come from the torch.profiler traces; with --nodes > 1
     the network stall comes by difference with a 1-node run and directly from the traces,
     cross-checked."""
-    from recperf.stalls.launch import LaunchConfig, launch, resolve_command
+    from recperf.stalls.run.launch import LaunchConfig, launch, resolve_command
 
     opts = settings.resolve(["launch"])["launch"]
     if cmd:

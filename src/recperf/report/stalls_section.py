@@ -32,12 +32,13 @@ from recperf.report.section import (
     plot_title,
     table_html,
 )
-from recperf.stalls import netem
-from recperf.stalls.advisor import Advice, AdvisorConfig, advise, pareto_figure
-from recperf.stalls.analysis import STALLS
-from recperf.stalls.commmodel import LEVEL, PARAMS, PRIOR, CommModel, CommSample, fit
-from recperf.stalls.kineto import analyze_paths, find_traces
-from recperf.stalls.profile import ProfileConfig, profile
+from recperf.report.stalls_figures import pareto_figure
+from recperf.stalls.cost.advisor import Advice, AdvisorConfig, advise
+from recperf.stalls.model.comm import LEVEL, PARAMS, PRIOR, CommModel, CommSample, fit
+from recperf.stalls.result import STALLS
+from recperf.stalls.run import netem
+from recperf.stalls.run.profile import ProfileConfig, profile
+from recperf.stalls.trace.kineto import analyze_paths, find_traces
 
 KEY = "stalls"
 TITLE = "Distributed-training stalls"

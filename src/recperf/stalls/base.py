@@ -72,7 +72,7 @@ class Workload(Protocol):
         ...
 
 
-WORKLOADS: Registry[Workload] = Registry("stall workload", "recperf.stalls.workloads")
+WORKLOADS: Registry[Workload] = Registry("stall workload", "recperf.stalls.run.workloads")
 
 
 def grad_bytes(model: nn.Module) -> int:

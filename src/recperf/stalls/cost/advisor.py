@@ -2,7 +2,7 @@
 training on every catalog instance type x instance count, each with an interval (the comm model's
 prediction interval and the profile's run-to-run spread of the data stall), and pick the cheapest
 setup whose whole interval meets a time budget; setups whose interval straddles it are marked
-"may miss". The time-cost Pareto frontier comes as data and as a plotly figure."""
+"may miss". The time-cost Pareto frontier comes as data (``report.stalls_figures`` draws it)."""
 
 from __future__ import annotations
 
@@ -10,16 +10,20 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from recperf.core.config import check_range, from_mapping
 from recperf.core.errors import ConfigError
-from recperf.core.results import atomic_path
-from recperf.stalls.catalog import GpuModel, Instance, load_gpu_models, load_instances, pareto_front
-from recperf.stalls.commmodel import LEVEL, PARAMS, PRIOR, CommModel, exposed_stall_s
+from recperf.stalls.cost.catalog import (
+    GpuModel,
+    Instance,
+    load_gpu_models,
+    load_instances,
+    pareto_front,
+)
+from recperf.stalls.model.comm import LEVEL, PARAMS, PRIOR, CommModel, exposed_stall_s
 
 DEFAULT_MODEL = CommModel.from_json(PRIOR, "the default communication model")
 """Used when no fitted model is given: 25 us per ring step, 50 us per all-reduce call, links at
@@ -525,47 +529,3 @@ def advise(
         model_source=_model_source(model), model=comm_model, config=config,
         memory_needed_bytes=needed, notes=list(notes), data_stall_method=profile.data_stall_method,
     )  # fmt: skip
-
-
-def pareto_figure(advice: Advice) -> Any:
-    """A plotly Figure: all setups (hours vs dollars), the Pareto frontier, the budget and the
-    recommendation."""
-    import plotly.graph_objects as go
-
-    def label(c: Candidate) -> str:
-        return f"{c.instance} x {c.count} ({c.gpus_total} GPUs)"
-
-    fig = go.Figure()
-    cands, front = advice.candidates, advice.pareto
-    fig.add_trace(go.Scatter(
-        x=[c.total_h for c in cands], y=[c.cost_usd for c in cands], mode="markers",
-        name=f"setups ({LEVEL:.0%} interval of hours)",
-        text=[f"{label(c)}: {c.verdict}" for c in cands], hoverinfo="text+x+y", opacity=0.5,
-        error_x={"type": "data", "array": [c.total_high_h - c.total_h for c in cands],
-                 "arrayminus": [c.total_h - c.total_low_h for c in cands]},
-    ))  # fmt: skip
-    fig.add_trace(go.Scatter(
-        x=[c.total_h for c in front], y=[c.cost_usd for c in front], mode="lines+markers",
-        name="Pareto frontier", text=[label(c) for c in front], hoverinfo="text+x+y",
-    ))  # fmt: skip
-    rec = advice.recommendation
-    if rec is not None:
-        fig.add_trace(go.Scatter(
-            x=[rec.total_h], y=[rec.cost_usd], mode="markers", name=f"recommended: {label(rec)}",
-            text=[label(rec)], hoverinfo="text+x+y",
-            marker={"symbol": "star", "size": 16, "color": "crimson"},
-        ))  # fmt: skip
-    fig.add_vline(x=advice.config.budget_h, line_dash="dash",
-                  annotation_text=f"budget {advice.config.budget_h:g} h")  # fmt: skip
-    fig.update_layout(title="Training time vs cost per setup", xaxis_title="total hours",
-                      yaxis_title="cost (USD)", xaxis_type="log", yaxis_type="log")  # fmt: skip
-    return fig
-
-
-def write_pareto_html(advice: Advice, path: Path | str) -> Path:
-    """Write the Pareto figure as standalone HTML (plotly.js inlined), atomically."""
-    final = Path(path)
-    figure = pareto_figure(advice)
-    with atomic_path(final) as tmp:
-        figure.write_html(str(tmp), include_plotlyjs=True)
-    return final

@@ -26,7 +26,7 @@ from typing import Any
 
 from recperf.core.errors import ConfigError, TraceFormatError
 from recperf.core.text import UTF8_BOM_OPTIONAL
-from recperf.stalls.catalog import LINKS, GpuModel, Instance, _bundled, _number, _rows
+from recperf.stalls.cost.table import LINKS, GpuModel, Instance, bundled, number, read_rows
 
 COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "Price", "SpotPrice", "Region")
 """The columns read (vCPUs, MemoryGiB, AvailabilityZone, GpuInfo, Arch ... may follow)."""
@@ -66,9 +66,9 @@ class Link:
 
 def load_links(path: Path | str | None = None) -> dict[str, Link]:
     """The bandwidth table by instance type (bundled when ``path`` is None)."""
-    path = path or _bundled("instance-links.csv")
+    path = path or bundled("instance-links.csv")
     out = {}
-    for line, row in _rows(path, LINK_COLUMNS):
+    for line, row in read_rows(path, LINK_COLUMNS):
         kind = (row["intra_node_link"] or "").strip()
         if kind not in LINKS:
             raise TraceFormatError(path, line, "intra_node_link",
@@ -76,8 +76,8 @@ def load_links(path: Path | str | None = None) -> dict[str, Link]:
         name = (row["instance"] or "").strip()
         out[name] = Link(
             instance=name, intra_node_link=kind, source=(row["source"] or "").strip(),
-            intra_node_gb_per_s=_number(path, line, row, "intra_node_gb_per_s", False),
-            network_gbps=_number(path, line, row, "network_gbps", False),
+            intra_node_gb_per_s=number(path, line, row, "intra_node_gb_per_s", False),
+            network_gbps=number(path, line, row, "network_gbps", False),
         )  # fmt: skip
     return out
 
@@ -236,7 +236,7 @@ def load_skypilot(
 ) -> tuple[list[Instance], CatalogReport]:  # fmt: skip
     """The usable instance types of a SkyPilot catalog and a report of what was skipped."""
     links = load_links() if links is None else links
-    rows = _rows(path, COLUMNS)
+    rows = read_rows(path, COLUMNS)
     types, cpu, regions, nameless = _types(path, rows, region, spot)
     if region is not None and region not in regions:
         shown = ", ".join(sorted(regions)[:12]) + (", ..." if len(regions) > 12 else "")

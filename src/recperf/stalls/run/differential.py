@@ -15,12 +15,11 @@ from typing import Any
 from recperf.core.errors import ConfigError
 from recperf.core.files import TRACE_MAX_BYTES, check_input
 from recperf.core.text import read_utf8
-from recperf.stalls.commmodel import CommSample
-from recperf.stalls.netem import parse_bandwidth
-from recperf.stalls.profiler import ANNOTATION, TRACE_FORMAT, TRACE_FORMATS
-from recperf.stalls.spec import RunSpec
-
-STALLS = ("data_fetch_stall_s", "data_prep_stall_s", "interconnect_stall_s", "network_stall_s")
+from recperf.stalls.model.comm import CommSample
+from recperf.stalls.result import STALLS
+from recperf.stalls.run.hook import ANNOTATION, TRACE_FORMAT, TRACE_FORMATS
+from recperf.stalls.run.netem import parse_bandwidth
+from recperf.stalls.run.spec import RunSpec
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

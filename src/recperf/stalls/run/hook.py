@@ -1,7 +1,7 @@
 """Direct instrumentation of a training loop: time spent waiting on the data iterator, each
 step's phases, and every gradient all-reduce (through a DDP communication hook), written per
 rank as a Kineto-shaped Chrome trace (Perfetto, chrome://tracing and Holistic Trace Analysis
-open it) that ``analysis`` turns into a stall breakdown.
+open it) that ``differential`` turns into a stall breakdown.
 
     prof = Profiler(ddp_model)
     for batch in prof.data(loader):
@@ -31,7 +31,7 @@ from recperf.core.results import atomic_path
 T = TypeVar("T")
 TRACE_FORMAT = "recperf-stall-trace/2"
 TRACE_FORMATS = ("recperf-stall-trace/1", TRACE_FORMAT)
-"""Formats ``analysis`` reads: /1 had bare event names on three fixed threads."""
+"""Formats ``differential`` reads: /1 had bare event names on three fixed threads."""
 ANNOTATION = "recperf:"
 """Prefix of the ranges the Profiler marks in its own traces and in torch.profiler traces."""
 MAIN_TID = 1
@@ -89,7 +89,7 @@ class Profiler:
         self.records: list[IterRecord] = []
         self.annotate = annotate
         """Also mark data waits, steps and phases as ``recperf:<name>`` ranges in torch.profiler
-        traces (``analysis`` reads those too)."""
+        traces (``differential`` reads those too)."""
         self.cuda = torch.cuda.is_available() if cuda is None else cuda
         self._clock = _CudaClock() if self.cuda else None
         self._data_t: tuple[float, float] | None = None

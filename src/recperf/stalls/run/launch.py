@@ -22,17 +22,11 @@ from typing import Any
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
-from recperf.stalls import netem, runner
+from recperf.stalls.result import FIGURES
+from recperf.stalls.run import netem, runner
 
 TRACE_DIR_ENV = "RECPERF_TRACE_DIR"
 """The variable naming the directory each rank writes its trace into."""
-FIGURES = (
-    "compute_s",
-    "data_fetch_stall_s",
-    "data_prep_stall_s",
-    "interconnect_stall_s",
-    "network_stall_s",
-)
 Progress = Callable[[float, str], None]
 
 
@@ -191,7 +185,7 @@ def run_once(
             f"run {run_dir.name}: the command wrote no trace into {TRACE_DIR_ENV}={traces} "
             "(write one per rank there, e.g. with torch.profiler's tensorboard_trace_handler)"
         )
-    from recperf.stalls import kineto  # after the run: pandas and torch are not needed before
+    from recperf.stalls.trace import kineto  # after the run: pandas and torch are not needed before
 
     paths = kineto.find_traces([traces])
     analysis = kineto.analyze_paths(paths, ranks_per_node=per_node, skip_steps=config.skip_steps)

@@ -18,10 +18,11 @@ import torch
 from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
-from recperf.stalls import analysis, netem, runner
 from recperf.stalls.base import WORKLOADS, DataSpec, Workload, grad_bytes
-from recperf.stalls.commmodel import CommSample
-from recperf.stalls.spec import RunSpec, data_batches
+from recperf.stalls.model.comm import CommSample
+from recperf.stalls.result import STALLS
+from recperf.stalls.run import differential, netem, runner
+from recperf.stalls.run.spec import RunSpec, data_batches
 
 Progress = Callable[[float, str], None]
 DDP_FIRST_BUCKET = 1 << 20
@@ -175,7 +176,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
         skipped["network"] = f"{why}; ran the single-node parts only"
         config, nodes = replace(config, nodes=1), 1
     runs = plan(config, data_dir, bool(files), sizes)
-    stats: dict[str, analysis.RunStats] = {}
+    stats: dict[str, differential.RunStats] = {}
     torch_figs: dict[str, dict[str, float]] = {}
     loads: dict[str, float] = {}
     samples = []
@@ -187,14 +188,14 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
                 (runner.warm if spec.cache == "warm" else runner.evict)(files)
             run_dir = out / "runs" / spec.name
             traces = runner.launch(spec, run_dir, net)
-            stats[spec.name] = analysis.run_stats(spec, traces)
+            stats[spec.name] = differential.run_stats(spec, traces)
             loads[spec.name] = host_load()
             if spec.torch_trace_iters:
                 paths = sorted(run_dir.glob("torch_rank*.json"))
-                torch_figs[spec.name] = analysis.torch_trace_figures(
+                torch_figs[spec.name] = differential.torch_trace_figures(
                     [json.loads(p.read_text()) for p in paths]
                 )
-            samples += analysis.comm_samples(spec, traces)
+            samples += differential.comm_samples(spec, traces)
     network = next((r for r in runs if r.name == "network"), None)
     if network is not None:
         samples += bandwidth_samples(network, config.fit_bandwidths, out)
@@ -248,19 +249,19 @@ def bandwidth_samples(network: RunSpec, bandwidths: tuple[str, ...], out: Path) 
                        warmup=0, torch_trace_iters=0)  # fmt: skip
         with netem.machines(network.nodes, bandwidth) as net:
             traces = runner.launch(spec, out / "runs" / spec.name, net)
-        samples += analysis.comm_samples(spec, traces)
+        samples += differential.comm_samples(spec, traces)
     return samples
 
 
 def _summary(
     config: ProfileConfig,
-    stats: dict[str, analysis.RunStats],
+    stats: dict[str, differential.RunStats],
     samples: list[Any],
     skipped: dict[str, str],
     param_sizes: list[int],
 ) -> dict[str, Any]:
-    diff = analysis.differential(stats)
-    dirc = analysis.direct(stats)
+    diff = differential.differential(stats)
+    dirc = differential.direct(stats)
     base = stats.get("control", stats["compute"])
     comm_run = stats.get("network", stats.get("intra"))
     if comm_run is not None and comm_run.buckets > 0:
@@ -274,7 +275,7 @@ def _summary(
             "estimated: DDP bucketing (1 MiB, then 25 MiB)",
         )
     it = diff["iteration_s"]
-    figures = {k: diff[k] for k in ("iteration_s", "compute_s", *analysis.STALLS)}
+    figures = {k: diff[k] for k in ("iteration_s", "compute_s", *STALLS)}
     summary: dict[str, Any] = {
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "workload": config.workload,
@@ -311,9 +312,9 @@ def _summary(
             "grad_bytes": "measured: trainable parameter bytes (what DDP all-reduces)",
         },
         "direct": dirc,
-        "cross_check": analysis.cross_check(diff, dirc),
+        "cross_check": differential.cross_check(diff, dirc),
         "skipped": skipped,
-        "runs": [analysis.stats_json(s) for s in stats.values()],
+        "runs": [differential.stats_json(s) for s in stats.values()],
         "comm_samples": [asdict(s) for s in samples],
     }
     return summary

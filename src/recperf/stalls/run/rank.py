@@ -1,4 +1,4 @@
-"""One rank of a profiled training run: ``python -m recperf.stalls.rank SPEC.json``. Reads its
+"""One rank of a profiled training run: ``python -m recperf.stalls.run.rank SPEC.json``. Reads its
 rank, world size and rendezvous from the environment (as ``torchrun`` sets it, or as
 ``runner`` does locally), trains the workload for warmup + iters steps, times a few
 synchronous all-reduces, and writes ``rank{R}.json`` (a Chrome trace) next to the spec."""
@@ -20,8 +20,8 @@ import torch.distributed as dist
 from torch import nn
 
 from recperf.stalls.base import WORKLOADS, DataSpec, Workload, grad_bytes
-from recperf.stalls.profiler import IterRecord, Profiler
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.run.hook import IterRecord, Profiler
+from recperf.stalls.run.spec import RunSpec
 
 
 def _to(batch: Any, device: torch.device) -> Any:
@@ -210,7 +210,7 @@ def run_rank(spec: RunSpec, out_dir: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m recperf.stalls.rank SPEC.json", file=sys.stderr)
+        print("usage: python -m recperf.stalls.run.rank SPEC.json", file=sys.stderr)
         return 2
     path = Path(args[0])
     run_rank(RunSpec.load(path), path.parent)

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import RecperfError
-from recperf.stalls.netem import EmulatedNetwork
-from recperf.stalls.spec import RunSpec
+from recperf.stalls.run.netem import EmulatedNetwork
+from recperf.stalls.run.spec import RunSpec
 
 
 class RunError(RecperfError):
@@ -136,7 +136,7 @@ def launch(
         addr, port, ifname = "127.0.0.1", free_port(), "lo"
     commands, envs, logs = [], [], []
     for rank in range(spec.ranks):
-        cmd = [sys.executable, "-m", "recperf.stalls.rank", str(spec_path)]
+        cmd = [sys.executable, "-m", "recperf.stalls.run.rank", str(spec_path)]
         if net is not None and spec.nodes > 1:
             cmd = net.nodes[rank // per_node].command(cmd)
         commands.append(cmd)

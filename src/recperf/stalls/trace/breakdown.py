@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from recperf.stalls.result import FIGURES
+
 Interval = tuple[float, float]
 
 
@@ -325,8 +327,6 @@ def nodes_of(traces: Sequence[RankTrace], world: int, rpn: int | None) -> tuple[
     return 1, "assumed: no --ranks-per-node and no host names in the traces"
 
 
-FIGURES = ("compute_s", "data_fetch_stall_s", "data_prep_stall_s", "interconnect_stall_s",
-           "network_stall_s")  # fmt: skip
 DIRECT = ("iteration_s", "compute_s", "data_wait_s", "exposed_comm_s", "overlapped_comm_s",
           "comm_busy_s")  # fmt: skip
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from recperf.core.errors import ConfigError
 from recperf.core.files import check_input
-from recperf.stalls.chakra_schema import (
+from recperf.stalls.trace.chakra_schema import (
     ALL_REDUCE,
     SCHEMA_VERSION,
     AttrValue,
@@ -46,12 +46,12 @@ class Iteration:
 
 
 def read_rank(path: Path) -> tuple[list[Iteration], dict[str, Any]]:
-    """The timed iterations of one rank trace (read with ``analysis``, either trace format) and
-    the trace's ``recperf`` metadata."""
-    from recperf.stalls import analysis
+    """The timed iterations of one rank trace (read with ``run.differential``, either trace
+    format) and the trace's ``recperf`` metadata."""
+    from recperf.stalls.run import differential
 
-    trace = analysis.load_trace(path)
-    its = analysis._iterations(trace)
+    trace = differential.load_trace(path)
+    its = differential._iterations(trace)
     events = [e for e in trace["traceEvents"] if isinstance(e.get("args"), dict)]
     numbers = sorted({int(e["args"]["iteration"]) for e in events if "iteration" in e["args"]})
     sizes: dict[int, list[tuple[float, int]]] = {}
@@ -85,7 +85,7 @@ def backward_segments(it: Iteration) -> tuple[list[Span], Span | None]:
     """The backward pass cut at each bucket's launch (segment k ends when bucket k is handed to
     the all-reduce), and the compute left after the last all-reduce completed (None if none).
     The wait for the all-reduces in between is communication, not compute: the segments add
-    up to ``analysis``'s backward_s (backward less the exposed all-reduce)."""
+    up to ``run.differential``'s backward_s (backward less the exposed all-reduce)."""
     b0, b1 = it.backward
     if not it.comm:
         return [(b0, b1)], None
@@ -229,7 +229,7 @@ def export_chakra(profile: Path, out: Path, config: ExportConfig) -> ChakraExpor
     are encoded before any is written, each written atomically; stale PREFIX.N.et files of a
     larger world are removed."""
     from recperf.core.results import atomic_path
-    from recperf.stalls.spec import RunSpec
+    from recperf.stalls.run.spec import RunSpec
 
     check_input(profile, "--profile", want="any")
     if profile.is_file() and profile.name == "summary.json":

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from recperf.core.errors import ConfigError
-from recperf.stalls.traceanalysis import RankTrace
+from recperf.stalls.trace.breakdown import RankTrace
 
 OVERLAP_SLACK_S = 1e-6
 """How far one iteration may run into the next on one thread (the traces' microsecond

@@ -1,6 +1,6 @@
 """Reads torch.profiler (Kineto) Chrome traces as any training script writes them, one file per
 rank (``.json`` or gzipped), CPU (gloo) or GPU (NCCL), and recperf's own rank traces, into
-``traceanalysis.RankTrace``; ``analyze_paths`` turns them into the stall summary.
+``breakdown.RankTrace``; ``analyze_paths`` turns them into the stall summary.
 
     summary = analyze_paths(find_traces([Path("traces/")]), ranks_per_node=8, skip_steps=1)
 """
@@ -20,7 +20,7 @@ from typing import Any, TypeGuard
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.core.files import TRACE_MAX_BYTES, check_input
-from recperf.stalls.traceanalysis import (
+from recperf.stalls.trace.breakdown import (
     Comm,
     RankTrace,
     Step,
@@ -29,7 +29,7 @@ from recperf.stalls.traceanalysis import (
     subtract,
     summarise,
 )
-from recperf.stalls.tracecheck import Span, check_one_run, check_order, check_ranks
+from recperf.stalls.trace.check import Span, check_one_run, check_order, check_ranks
 
 SUFFIXES = (".json", ".json.gz")
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -428,7 +428,7 @@ def _v1(events: list[dict[str, Any]], source: str) -> tuple[Any, ...]:
 
 def load_rank_traces(paths: Sequence[Path]) -> list[RankTrace]:
     """Every file read and normalised, sorted by rank; one ConfigError when they cannot be the
-    ranks of one run (``tracecheck``: a duplicate rank, mismatched world sizes, different
+    ranks of one run (``check``: a duplicate rank, mismatched world sizes, different
     iterations, run ids or times)."""
     traces = check_ranks([normalise(read_trace(p), str(p), k) for k, p in enumerate(paths)])
     check_one_run(traces)
@@ -438,7 +438,7 @@ def load_rank_traces(paths: Sequence[Path]) -> list[RankTrace]:
 def analyze_paths(
     paths: Sequence[Path], *, ranks_per_node: int | None = None, skip_steps: int = 0
 ) -> dict[str, Any]:
-    """Load one trace per rank and return the stall summary (``traceanalysis.summarise``)."""
+    """Load one trace per rank and return the stall summary (``breakdown.summarise``)."""
     if ranks_per_node is not None:
         check_range("ranks_per_node", ranks_per_node, 1, None)
     check_range("skip_steps", skip_steps, 0, None)
