@@ -3,10 +3,11 @@ kernel="torch")`` against calling the plain ``nn.EmbeddingBag`` list on the same
 tensor of ids and one of offsets per bag, from the bundled reuse trace), with the value checks
 off (the default) and on (``DropInConfig(debug=True)``), and ``kernel="auto"`` (which times the
 kernels on its first call, the warm-up here). Outputs are checked equal first; calls are
-interleaved over rotating batches (the order rotates each round) and compared by their medians.
+interleaved over rotating batches (the order rotates each round); each variant's median, and its
+overhead as the median over rounds of its call minus the plain call of the same round.
 
     python benchmarks/embed_dropin_overhead.py [--config small] [--batch-size N] [--threads 1]
-        [--calls 200] [--out benchmarks/results/embed_dropin_overhead.json]
+        [--calls 200] [--clock wall|cpu] [--out benchmarks/results/embed_dropin_overhead.json]
 """
 
 from __future__ import annotations
@@ -56,19 +57,22 @@ def per_bag_inputs(
 
 
 def interleaved(
-    fns: list[Callable[[Inputs], Any]], inputs: list[Inputs], calls: int
+    fns: list[Callable[[Inputs], Any]],
+    inputs: list[Inputs],
+    calls: int,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> list[list[float]]:
-    """Seconds of each call of each fn (after 5 warm-up rounds), in turn on the same batch, the
-    first fn of a round rotating."""
+    """Seconds of each call of each fn by ``clock`` (after 5 warm-up rounds), in turn on the
+    same batch, the first fn of a round rotating."""
     times: list[list[float]] = [[] for _ in fns]
     for i in range(calls + 5):
         x = inputs[i % len(inputs)]
         for j in range(len(fns)):
             k = (i + j) % len(fns)
-            t0 = time.perf_counter()
+            t0 = clock()
             fns[k](x)
             if i >= 5:
-                times[k].append(time.perf_counter() - t0)
+                times[k].append(clock() - t0)
     return times
 
 
@@ -80,6 +84,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--calls", type=int, default=200, help="timed calls per variant")
     ap.add_argument("--batches", type=int, default=4, help="distinct inputs rotated through")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="wall: perf_counter; cpu: this thread's CPU time (with --threads 1 torch computes on "
+        "it), steadier on a machine other jobs share",
+    )
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -105,14 +116,19 @@ def main() -> None:
             torch.testing.assert_close(
                 a, b, rtol=1e-5, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
             )
-    samples = interleaved(list(variants.values()), inputs, args.calls)
+    clock = time.thread_time if args.clock == "cpu" else time.perf_counter
+    samples = interleaved(list(variants.values()), inputs, args.calls, clock)
     base = statistics.median(samples[0])
     rows = []
     for (name, _), times in zip(variants.items(), samples, strict=True):
         med = statistics.median(times)
+        q1, _, q3 = statistics.quantiles(times, n=4)
+        # Paired: each round's call minus the plain call of the same round (same batch, same
+        # moment's load), the median of those; steadier than a difference of medians.
+        paired = statistics.median(t - b for t, b in zip(times, samples[0], strict=True))
         rows.append(
-            {"variant": name, "ms_per_call": med * 1e3, "overhead_ms": (med - base) * 1e3,
-             "vs_plain": med / base}
+            {"variant": name, "ms_per_call": med * 1e3, "ms_q1": q1 * 1e3, "ms_q3": q3 * 1e3,
+             "overhead_ms": paired * 1e3, "vs_plain": med / base}
         )  # fmt: skip
     auto = modules["EmbeddingBags(auto)"]
     doc = {
@@ -122,6 +138,7 @@ def main() -> None:
         "ids_per_call": int(sum(i.numel() for i in inputs[0][0])),
         "threads": args.threads,
         "calls": args.calls,
+        "clock": args.clock,
         "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.processor() or ''}",
         "python": sys.version.split()[0],
         "torch": torch.__version__,
@@ -135,8 +152,9 @@ def main() -> None:
           f"{doc['ids_per_call']:,} ids a call, {args.threads} thread(s); auto chose "
           f"{', '.join(doc['auto_chose'])}")  # fmt: skip
     for r in rows:
-        print(f"  {r['variant']:<30} {r['ms_per_call']:8.3f} ms  {r['overhead_ms']:+8.3f} ms  "
-              f"{r['vs_plain']:.2f}x")  # fmt: skip
+        iqr = f"(IQR {r['ms_q1']:.3f}-{r['ms_q3']:.3f})"
+        print(f"  {r['variant']:<30} {r['ms_per_call']:8.3f} ms {iqr}  "
+              f"overhead {r['overhead_ms']:+8.3f} ms  {r['vs_plain']:.2f}x")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -87,6 +87,10 @@ class EmbeddingBags(nn.Module):
         self._source = source
         self._tables = source.tables
         self._slots = source.slots
+        self._input_names = [
+            labels(i, s.feature if source.torchrec else None) for i, s in enumerate(self._slots)
+        ]
+        """Per input, how errors name its ids, offsets and weights (made once, not per call)."""
         for t, w in enumerate(source.weights):
             self.register_buffer(f"weight{t}", w.detach(), persistent=False)
             self.register_buffer(f"scale_bias{t}", source.scale_bias_of(t), persistent=False)
@@ -272,7 +276,23 @@ class EmbeddingBags(nn.Module):
             pooled = self._pool(lookups)
         if self.torchrec:
             return self._keyed(pooled, batch)
-        return [p.contiguous() for p in self._per_slot(pooled, cast_out=True)]
+        return self._outputs(pooled)
+
+    def _outputs(self, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each slot's contiguous ``[B, D]`` in its output dtype: per group one transposed copy
+        (``[T, B, D]``) cut into views, where its slots share a dtype (one op, not one a slot)."""
+        out: list[torch.Tensor] = [pooled[0]] * len(self._slots)
+        for g, p in zip(self._groups, pooled, strict=True):
+            dtypes = {self._out_dtype(s, g) for s in g.slots}
+            if len(dtypes) == 1:
+                per_slot = p.transpose(0, 1).to(dtypes.pop()).contiguous().unbind(0)
+            else:
+                per_slot = tuple(
+                    p[:, j].to(self._out_dtype(s, g)).contiguous() for j, s in enumerate(g.slots)
+                )
+            for s, x in zip(g.slots, per_slot, strict=True):
+                out[s] = x
+        return out
 
     def _parts(
         self,
@@ -295,7 +315,7 @@ class EmbeddingBags(nn.Module):
         weights = self._weights()
         parts = [
             to_part(
-                labels(i, s.feature if self.torchrec else None),
+                self._input_names[i],
                 ids_list[i],
                 off_list[i],
                 psw_list[i],
@@ -324,7 +344,7 @@ class EmbeddingBags(nn.Module):
         rows = [int(weights[s.table].shape[0]) for s in self._slots]
         if not bool(values_ok(parts, rows)):
             for i, (slot, part) in enumerate(zip(self._slots, parts, strict=True)):
-                names = labels(i, slot.feature if self.torchrec else None)
+                names = self._input_names[i]
                 check_values(names, part, rows[i], self._tables[slot.table])
             raise RuntimeError("inputs: values_ok refused what check_values accepts (a bug)")
         return lookups
@@ -348,12 +368,12 @@ class EmbeddingBags(nn.Module):
     def _out_dtype(self, s: int, group: Group) -> torch.dtype:
         return self._tables[self._slots[s].table].out_dtype or group.tables.out_dtype
 
-    def _per_slot(self, pooled: list[torch.Tensor], cast_out: bool) -> list[torch.Tensor]:
-        """Each slot's ``[B, D]`` (views; in its output dtype with ``cast_out``)."""
+    def _per_slot(self, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each slot's ``[B, D]`` float32 (views)."""
         out: list[torch.Tensor] = [pooled[0]] * len(self._slots)
         for g, p in zip(self._groups, pooled, strict=True):
             for j, s in enumerate(g.slots):
-                out[s] = p[:, j].to(self._out_dtype(s, g)) if cast_out else p[:, j]
+                out[s] = p[:, j]
         return out
 
     def _keyed(self, pooled: list[torch.Tensor], batch: int) -> Any:
@@ -367,7 +387,7 @@ class EmbeddingBags(nn.Module):
         if len(self._groups) == 1 and self._groups[0].slots == tuple(range(len(self._slots))):
             values = pooled[0].reshape(batch, sum(dims))  # already in key order: no copy
         else:
-            values = torch.cat(self._per_slot(pooled, cast_out=False), dim=1)
+            values = torch.cat(self._per_slot(pooled), dim=1)
         dtype = self._out_dtype(0, next(g for g in self._groups if 0 in g.slots))
         return keyed_tensor([s.name for s in self._slots], dims, values.to(dtype))
 
