@@ -101,3 +101,20 @@ def test_a_long_cdf_is_drawn_at_a_few_hundred_ranks() -> None:
     y = fig.data[0].y
     assert len(y) <= 400 and y[-1] == pytest.approx(2990 / 3000)
     assert list(y) == sorted(y)
+
+
+def test_the_embed_table_ranks_only_where_the_quartiles_part() -> None:
+    from recperf.report.embed_section import spread_verdicts
+
+    def run(hot: tuple[float, float]) -> dict[str, Any]:
+        return {"variants": [
+            {"variant": "torch", "ms_q1": 1.0, "ms_q3": 1.2},
+            {"variant": "torch-hot", "ms_q1": hot[0], "ms_q3": hot[1]},
+        ]}  # fmt: skip
+
+    assert spread_verdicts(run((0.7, 0.9)))["torch-hot"] == "faster"
+    assert spread_verdicts(run((1.1, 1.4)))["torch-hot"] == "within noise"
+    assert spread_verdicts(run((1.3, 1.5)))["torch-hot"] == "slower"
+    assert spread_verdicts(
+        {"variants": [{"variant": "torch-hot", "ms_q1": 1.0, "ms_q3": 2.0}]}
+    ) == {"torch-hot": ""}

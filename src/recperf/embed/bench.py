@@ -4,19 +4,27 @@ batch, bytes moved and achieved bandwidth against the device's copy bandwidth, s
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
 
+from recperf.core import hostload
 from recperf.core.errors import ConfigError
 from recperf.embed import locality, traces
 from recperf.embed.autotune import Space, autotune, device_name
 from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables, kernel_traits
 from recperf.embed.kernels.torch_hot import hot_first_order
 from recperf.embed.model import EmbedConfig, inference_model, lengths_for, random_tables
-from recperf.embed.timing import copy_bandwidth, lookup_bytes, median_s, resolve_device
+from recperf.embed.timing import (
+    copy_bandwidth,
+    lookup_bytes,
+    median_s,
+    resolve_device,
+    time_calls,
+)
 
 CPU_HOT_FRACTION = 0.1
 """Share of each table's rows treated as hot where no L2 limit applies (the CPU)."""
@@ -30,6 +38,11 @@ class VariantResult:
     variant: str
     params: dict[str, Any]
     ms_per_batch: float
+    """The median over the timed calls."""
+    ms_q1: float
+    """First quartile of the timed calls (ms)."""
+    ms_q3: float
+    """Third quartile of the timed calls (ms)."""
     gb_per_s: float
     pct_of_copy_bw: float
     speedup_vs_torch: float
@@ -48,6 +61,8 @@ class BenchResult:
     lookups_per_batch: int
     bytes_per_batch: int
     copy_gb_per_s: float
+    other_load_cores: float | None = None
+    """The machine's load from other processes while the variants were timed (cores)."""
     variants: list[VariantResult] = field(default_factory=list)
     stages_ms: dict[str, float] = field(default_factory=dict)
     locality: dict[str, Any] = field(default_factory=dict)
@@ -173,7 +188,8 @@ def bench(
     )
     ref = KERNELS.build("torch", None, tables)
     want = ref(lookups[0])
-    base_ms = median_s(ref, lookups, reps, dev) * 1e3
+    load_before = hostload.sample()
+    base = _quartiles_ms(ref, lookups, reps, dev)
     names = ["torch", *[v for v in variants if v != "torch"]]
     for i, name in enumerate(names):
         params: dict[str, Any] = dict(fixed.get(name, {}))
@@ -190,21 +206,24 @@ def bench(
             ).params
         kernel = ref if name == "torch" else _kernel(name, tables, params, hot)
         err = float((kernel(lookups[0]) - want).abs().max())
-        ms = base_ms if name == "torch" else median_s(kernel, lookups, reps, dev) * 1e3
+        q1, ms, q3 = base if name == "torch" else _quartiles_ms(kernel, lookups, reps, dev)
         gbps = nbytes / (ms / 1e3) / 1e9
         result.variants.append(
             VariantResult(
                 variant=name,
                 params=params,
                 ms_per_batch=ms,
+                ms_q1=q1,
+                ms_q3=q3,
                 gb_per_s=gbps,
                 pct_of_copy_bw=100.0 * gbps / result.copy_gb_per_s,
-                speedup_vs_torch=base_ms / ms,
+                speedup_vs_torch=base[1] / ms,
                 max_abs_err=err,
             )
         )
         if progress is not None:
             progress((i + 1) / (len(names) + 1))
+    result.other_load_cores = hostload.other_load_cores(load_before, hostload.sample())
     best = min(result.variants, key=lambda v: v.ms_per_batch)
     result.stages_ms = stage_breakdown(
         cfg,
@@ -214,6 +233,17 @@ def bench(
         reps,
     )
     return result
+
+
+def _quartiles_ms(
+    fn: EmbeddingKernel, lookups: Sequence[Lookup], reps: int, dev: torch.device
+) -> tuple[float, float, float]:
+    """First quartile, median and third quartile of ``reps`` timed calls, in ms."""
+    times = sorted(1e3 * t for t in time_calls(fn, lookups, reps, dev))
+    if len(times) < 2:
+        return times[0], times[0], times[0]
+    q1, q2, q3 = statistics.quantiles(times, n=4, method="inclusive")
+    return q1, q2, q3
 
 
 def _rotation(cfg: EmbedConfig, tables: Tables) -> int:

@@ -252,23 +252,68 @@ def _locality_table(localities: Sequence[TraceLocality]) -> str:
     return table_html(header, rows, caption="Locality of each access trace.")
 
 
+def _ms_spread(v: Mapping[str, Any]) -> str:
+    """``q1–q3`` of a variant's timed calls (a bundled run from before the quartiles: —)."""
+    if v.get("ms_q1") is None or v.get("ms_q3") is None:
+        return "—"
+    return f"{fmt_num(float(v['ms_q1']), 3)}–{fmt_num(float(v['ms_q3']), 3)}"
+
+
+def spread_verdicts(run: Mapping[str, Any]) -> dict[str, str]:
+    """Per variant against ``torch`` in one run: ``faster`` or ``slower`` when the quartile
+    ranges do not overlap, else ``within noise`` (the speedup is then not a ranking)."""
+    base = next((v for v in run["variants"] if v["variant"] == "torch"), None)
+    out = {}
+    for v in run["variants"]:
+        if base is None or v is base or v.get("ms_q1") is None or base.get("ms_q1") is None:
+            out[v["variant"]] = ""
+        elif float(v["ms_q3"]) < float(base["ms_q1"]):
+            out[v["variant"]] = "faster"
+        elif float(v["ms_q1"]) > float(base["ms_q3"]):
+            out[v["variant"]] = "slower"
+        else:
+            out[v["variant"]] = "within noise"
+    return out
+
+
+def _load(run: Mapping[str, Any]) -> str:
+    load = run.get("other_load_cores")
+    return "—" if load is None else fmt_num(float(load), 2)
+
+
 def _bench_table(runs: Sequence[Mapping[str, Any]], label: str) -> str:
-    rows = [
-        [
-            run["trace"],
-            v["variant"],
-            fmt_num(float(v["ms_per_batch"]), 3),
-            fmt_num(float(v["gb_per_s"]), 2),
-            fmt_num(float(v["pct_of_copy_bw"]), 1),
-            f"{fmt_num(float(v['speedup_vs_torch']), 2)}×",
-        ]
-        for run in runs
-        for v in run["variants"]
-    ]
-    header = ["trace", "variant", "ms per batch", "GB/s", "% of copy bandwidth", "speedup"]
+    rows = []
+    for run in runs:
+        verdicts = spread_verdicts(run)
+        for v in run["variants"]:
+            rows.append([
+                run["trace"],
+                v["variant"],
+                fmt_num(float(v["ms_per_batch"]), 3),
+                _ms_spread(v),
+                fmt_num(float(v["gb_per_s"]), 2),
+                fmt_num(float(v["pct_of_copy_bw"]), 1),
+                f"{fmt_num(float(v['speedup_vs_torch']), 2)}×",
+                verdicts[v["variant"]] or "—",
+                _load(run),
+            ])  # fmt: skip
+    header = ["trace", "variant", "ms per batch", "q1–q3 (ms)", "GB/s", "% of copy bandwidth",
+              "speedup", "vs torch", "other load (cores)"]  # fmt: skip
+    over = [f"{r['trace']} {v['variant']}" for r in runs for v in r["variants"]
+            if float(v["pct_of_copy_bw"]) > 100]  # fmt: skip
+    why_over = (
+        f" Above 100% of the copy bandwidth ({', '.join(over)}): the rows a batch touches "
+        "fit in the CPU's caches, which the 128 MiB copy does not, so the copy is no bound "
+        "for them."
+        if over
+        else ""
+    )
     caption = (
-        f"Kernels on {label}: median ms per batch, achieved GB/s (bytes the batch must move), "
-        f"its share of the measured copy bandwidth, and speedup over torch."
+        f"Kernels on {label}: median ms per batch with the quartiles of the timed calls, "
+        f"achieved GB/s (bytes the batch must move), its share of the measured copy bandwidth, "
+        f"speedup over torch, and against torch: faster or slower only where the quartile "
+        f"ranges do not overlap, else within noise; the machine's other load while timed."
+        + why_over
     )
     return table_html(header, rows, caption=caption, left_cols=2)
 
