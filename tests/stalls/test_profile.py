@@ -18,6 +18,8 @@ from recperf.stalls.run import netem, runner
 from recperf.stalls.run.profile import ProfileConfig, busy_warning, profile
 from recperf.stalls.run.spec import RunSpec
 
+from .test_trace_shape import kineto_means
+
 TINY = {"features": 8, "hidden": [16]}
 FIGURES = (
     "compute_s",
@@ -299,6 +301,16 @@ def test_torch_profiler_traces_give_the_same_breakdown(tmp_path: Path) -> None:
     for run in s["torch_trace"].values():  # the injected 20 ms data stall, seen in the traces
         assert run["data_wait_s"] == pytest.approx(0.02, rel=0.5)
     assert "torch.profiler" in s["method"]["torch_trace"]
+    # Issue 28, one trace path: the Kineto reader (stalls analyze's) on the same torch.profiler
+    # traces gives the same iterations, data waits and all-reduce count. Its exposed
+    # communication counts from the launch op (c10d::allreduce_) where the old reader counts
+    # from gloo's execution start, so those two figures (and compute) differ by gloo's queueing.
+    for name, figures in s["torch_trace"].items():
+        paths = sorted((tmp_path / "runs" / name).glob("torch_rank*.json"))
+        docs = [json.loads(p.read_text()) for p in paths]
+        new = kineto_means(docs, [str(p) for p in paths])
+        for key in ("iteration_s", "data_wait_s", "buckets"):
+            assert new[key] == pytest.approx(figures[key], rel=1e-9, abs=1e-12), (name, key)
 
 
 def test_a_busy_host_is_named_in_a_warning() -> None:

@@ -18,6 +18,7 @@ import pytest
 from recperf.stalls.run import differential, runner
 from recperf.stalls.run.hook import ANNOTATION, MAIN_TID, TRACE_FORMAT, IterRecord, Profiler
 from recperf.stalls.run.spec import RunSpec
+from recperf.stalls.trace import breakdown, kineto
 
 WARMUP, ITERS = 1, 3
 PHASES = ["recperf:forward", "recperf:backward", "recperf:optimizer"]
@@ -240,3 +241,32 @@ def test_holistic_trace_analysis_loads_them_and_agrees(
                  if sym[n] == "recperf:data_wait"]  # fmt: skip
         assert statistics.fmean(steps) / 1e6 == pytest.approx(ours.iteration_s, abs=2e-6)
         assert statistics.fmean(waits) / 1e6 == pytest.approx(ours.data_wait_s, abs=2e-6)
+
+
+def kineto_means(docs: list[dict[str, Any]], sources: list[str]) -> dict[str, float]:
+    """What the Kineto reader (``stalls analyze``'s path) gives for ``torch_trace_figures``'
+    keys: means over iterations, then ranks (its ``allreduces`` is the old ``buckets``)."""
+    keys = ("iteration_s", "data_wait_s", "compute_s", "backward_s", "exposed_comm_s",
+            "overlapped_comm_s", "comm_busy_s", "allreduces")  # fmt: skip
+    per_rank = []
+    for rank, (doc, source) in enumerate(zip(docs, sources, strict=True)):
+        figs = breakdown.iteration_figures(kineto.normalise(doc, source, rank))
+        per_rank.append({k: statistics.fmean(float(f[k]) for f in figs) for k in keys})
+    means = {k: statistics.fmean(r[k] for r in per_rank) for k in keys}
+    means["buckets"] = means.pop("allreduces")
+    return means
+
+
+def test_the_two_torch_trace_readers_agree_on_recperf_traces(
+    run: tuple[Path, list[dict[str, Any]]],
+) -> None:
+    """Issue 28, one trace path: on recperf's own traces (no ops recorded: the last-launch rule
+    in both) the Kineto reader gives every figure the old ``torch_iterations`` reader gives."""
+    _, traces = run
+    every = [{**t, "recperf": {**t["recperf"], "warmup": 0}} for t in traces]
+    old = differential.torch_trace_figures(every)
+    new = kineto_means(every, [f"rank{r}" for r in range(len(every))])
+    assert set(new) == set(old)
+    assert old["buckets"] == 1.0 and old["exposed_comm_s"] > 0
+    for key, value in old.items():
+        assert new[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
