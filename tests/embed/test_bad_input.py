@@ -138,7 +138,15 @@ def test_quantize_bad_input_is_one_line(tmp_path: Path) -> None:
     assert one_line_error(["quantize", "--tables", str(odd), "--config", "small"]) == (
         "--tables, --config: give one (your tables, or a configuration's)"
     )
-    assert (
-        one_line_error(["quantize", "--bags", "0"])
-        == "bags = 0 is outside the allowed range [1, inf]"
+    assert one_line_error(["quantize", "--bags", "0"]) == (
+        "bags = 0 is outside the allowed range [1, inf]"
+    )
+    assert one_line_error(["quantize", "--pooling-factor", "0"]) == (
+        "pooling_factor = 0 is outside the allowed range [1, inf]"
+    )
+    assert one_line_error(["quantize", "--bags", "100000000000000000000"]) == (
+        "bags x pooling_factor = 100,000,000,000,000,000,000 x 20 ids a table; at most 10,000,000"
+    )
+    assert one_line_error(["quantize", "--seed", "-1"]) == (
+        "seed = -1 is outside the allowed range [0, inf]"
     )

@@ -40,6 +40,7 @@ def quantize_cmd(
     A bag's error: ||pooled - pooled_float|| / ||pooled_float||, ids from the trace."""
     import torch
 
+    from recperf.core.config import check_range
     from recperf.core.errors import ConfigError
     from recperf.embed import quantize as q
     from recperf.embed.kernels.formats import check_format
@@ -47,22 +48,26 @@ def quantize_cmd(
     from recperf.embed.model import random_tables
 
     fmt = check_format(dtype, "--dtype")
+    check_range("seed", seed, 0, None)
     if save and settings.out is None:
         raise ConfigError("--save: needs --out DIR to write the quantized tables into")
     if tables is not None and config is not None:
         raise ConfigError("--tables, --config: give one (your tables, or a configuration's)")
     if tables is not None:
         weights, labels = q.load_tables(tables)
-        factors: int | tuple[int, ...] = pooling_factor or q.DEFAULT_POOLING_FACTOR
+        rows = [int(w.shape[0]) for w in weights]
+        per_bag = q.DEFAULT_POOLING_FACTOR if pooling_factor is None else pooling_factor
+        factors = q.check_sampling(len(weights), bags, per_bag)
+        loaded = q.load_trace(trace, rows, seed)
         source = str(tables)
-    else:
+    else:  # the checks and the trace before the tables are drawn (paper: 3 GB)
         cfg = make_config(config or "small", rows_cap=rows_cap)
+        per_table = cfg.pooling_factors if pooling_factor is None else pooling_factor
+        factors = q.check_sampling(cfg.num_tables, bags, per_table)
+        loaded = q.load_trace(trace, cfg.table_rows, seed)
         weights = list(random_tables(cfg, torch.float32, "cpu", seed).weights)
         labels = [f"tables[{i}]" for i in range(len(weights))]
-        factors = (pooling_factor,) * cfg.num_tables if pooling_factor else cfg.pooling_factors
         source = f"config {cfg.name}"
-    rows = [int(w.shape[0]) for w in weights]
-    loaded = q.load_trace(trace, rows, seed)  # a bad trace fails before the work
     quantized, report = q.quantize_with_report(
         weights, fmt, labels, trace=loaded, bags=bags, pooling_factor=factors
     )

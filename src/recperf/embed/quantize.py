@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
@@ -32,6 +33,8 @@ DEFAULT_BAGS = 2048
 """Bags pooled per table for the error."""
 DEFAULT_POOLING_FACTOR = 20
 """Ids per bag for the error, where no configuration says."""
+MAX_IDS = 10_000_000
+"""Ids per table the error is measured on, at most (bags x pooling factor)."""
 TABLES_MAX_BYTES = 64 * GiB
 """The largest ``--tables`` file read."""
 
@@ -127,16 +130,34 @@ def quantize_tables(
     return tuple(out)
 
 
+def check_sampling(tables: int, bags: int, pooling_factor: int | Sequence[int]) -> tuple[int, ...]:
+    """The ids per bag of each table, or one ConfigError: ``bags`` and each pooling factor
+    >= 1, one factor for all tables or one per table, at most ``MAX_IDS`` ids a table."""
+    check_range("bags", bags, 1, None)
+    if isinstance(pooling_factor, int):
+        factors: tuple[int, ...] = (pooling_factor,) * tables
+    else:
+        factors = tuple(pooling_factor)
+    if len(factors) != tables:
+        raise ConfigError(f"pooling_factor: {len(factors)} values for {tables} tables")
+    for per_bag in factors:
+        check_range("pooling_factor", per_bag, 1, None)
+        if bags * per_bag > MAX_IDS:
+            raise ConfigError(
+                f"bags x pooling_factor = {bags:,} x {per_bag:,} ids a table; at most {MAX_IDS:,}"
+            )
+    return factors
+
+
 def trace_bags(
     trace: traces.Trace, rows: Sequence[int], bags: int, pooling_factor: Sequence[int]
 ) -> list[torch.Tensor]:
     """Per table ``[bags, L]`` ids (L its pooling factor): the first ``bags * L`` ids of the
     trace's stream for it (table t reads stream t modulo the trace's tables, cycled), taken
     modulo the table's rows, as ``bench`` takes them."""
-    check_range("bags", bags, 1, None)
+    check_sampling(len(rows), bags, pooling_factor)
     out = []
     for t, (r, per_bag) in enumerate(zip(rows, pooling_factor, strict=True)):
-        check_range("pooling_factor", per_bag, 1, None)
         stream = trace.ids[t % trace.tables]
         pos = torch.arange(bags * per_bag, dtype=torch.int64) % stream.numel()
         out.append((stream[pos] % r).reshape(bags, per_bag))
@@ -151,8 +172,8 @@ def pooled_error(weight: torch.Tensor, table: QuantizedTable, ids: torch.Tensor)
     ref_rows = weight.detach()[used].double()
     sb = None if table.scale_bias is None else table.scale_bias[used]
     got_rows = dequantize(table.weight[used], sb, table.fmt).double()
-    ref = ref_rows[inverse].sum(dim=1)
-    got = got_rows[inverse].sum(dim=1)
+    ref = F.embedding_bag(inverse, ref_rows, mode="sum")
+    got = F.embedding_bag(inverse, got_rows, mode="sum")
     norm = ref.norm(dim=1)
     keep = norm > 0
     rel: torch.Tensor = (got - ref)[keep].norm(dim=1) / norm[keep]
@@ -170,10 +191,7 @@ def error_report(
 ) -> QuantizationReport:
     """Each table's pooled-output error on ``bags`` bags of ``trace`` (``pooling_factor`` ids
     per bag: one for all tables or one per table)."""
-    n = len(weights)
-    factors = (pooling_factor,) * n if isinstance(pooling_factor, int) else tuple(pooling_factor)
-    if len(factors) != n:
-        raise ConfigError(f"pooling_factor: {len(factors)} values for {n} tables")
+    factors = check_sampling(len(weights), bags, pooling_factor)
     rows = [int(w.shape[0]) for w in weights]
     ids = trace_bags(trace, rows, bags, factors)
     entries = []
@@ -218,7 +236,7 @@ def quantize_with_report(
 ) -> tuple[tuple[QuantizedTable, ...], QuantizationReport]:
     """``quantize_tables`` and its ``error_report`` (the trace loaded first: a bad name fails
     before any work)."""
-    check_range("bags", bags, 1, None)
+    check_sampling(len(weights), bags, pooling_factor)
     rows = [int(w.shape[0]) for w in weights]
     loaded = trace if isinstance(trace, traces.Trace) else load_trace(trace, rows, seed)
     quantized = quantize_tables(weights, fmt, labels)
