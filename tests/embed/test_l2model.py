@@ -1,7 +1,8 @@
 """The L2 model: stack distances give the hit counts of an exact LRU simulation at every size,
-layouts are the kernels' own, pinning removes the pinned lines from the LRU and shrinks it by the
-carve-out, the bundled trace agrees with ``recperf embed stats``, specs are validated, and the
-``recperf embed predict`` CLI."""
+layouts are the kernels' own (read off their traits, a user's ``module:attr`` kernel's too),
+rows take their row format's real size, pinning removes the pinned lines from the LRU and
+shrinks it by the carve-out, the bundled trace agrees with ``recperf embed stats``, specs are
+validated, and the ``recperf embed predict`` CLI."""
 
 from __future__ import annotations
 
@@ -21,10 +22,54 @@ from typer.testing import CliRunner
 from recperf.cli.embed import app
 from recperf.core.errors import ConfigError
 from recperf.embed import gpus, l2layout, l2model, locality, stackdist, traces
+from recperf.embed.kernels.base import KERNELS, KernelTraits, Lookup, Tables
+from recperf.embed.kernels.formats import ROW_FORMATS, row_bytes
 from recperf.embed.kernels.torch_hot import hot_first_order
-from recperf.embed.model import EmbedConfig
+from recperf.embed.model import EmbedConfig, config
 
 LINE = 128
+
+
+class UserPinned:
+    """A user's kernel (the reference's arithmetic) whose traits say: every row format, hot rows
+    first in one buffer, pinned in L2; the model knows it only by them."""
+
+    traits = KernelTraits(
+        formats=frozenset(ROW_FORMATS), hot_rows=True, layout="hot-first", pins_l2=True
+    )
+
+    def __init__(self, tables: Tables, hot_rows: object = None) -> None:
+        self.name = "user-pinned"
+        self._ref = KERNELS.build("torch", None, tables)
+
+    def __call__(self, lookup: Lookup) -> torch.Tensor:
+        return self._ref(lookup)
+
+
+class UserCombined(UserPinned):
+    """The same, every table in one buffer in table order, nothing pinned."""
+
+    traits = KernelTraits(formats=frozenset(ROW_FORMATS), layout="combined")
+
+
+class UserTables(UserPinned):
+    """The same, one allocation per table, rows read in their own format (FBGEMM's rows)."""
+
+    traits = KernelTraits(formats=frozenset(ROW_FORMATS), layout="tables", fused=False)
+
+
+class UserUntraited:
+    """A user's kernel that gives no traits: the defaults (fp32 and fp16 rows, one buffer)."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.name = "user-untraited"
+        self._ref = KERNELS.build("torch", None, tables)
+
+    def __call__(self, lookup: Lookup) -> torch.Tensor:
+        return self._ref(lookup)
+
+
+USER = f"{__name__}:UserPinned"
 
 
 def lru_hits(stream: Iterable[int], capacity: int) -> list[bool]:
@@ -124,10 +169,27 @@ def tiny_case(dim: int = 32, seed: int = 0) -> tuple[EmbedConfig, traces.Trace]:
 def expected_hit_rate(
     cfg: EmbedConfig, trace: traces.Trace, row_bytes: int, capacity: int, pinned_rows: int = 0,
     hot: list[np.ndarray] | None = None, batches: int = 3, warmup: int = 1,
+    codes: int | None = None,
 ) -> float:  # fmt: skip
     """Replay the batches line by line through an OrderedDict LRU, computing the combined or
-    the hot-first buffer's addresses here (rows of the tables one after another)."""
+    the hot-first buffer's addresses here (rows of the tables one after another); with
+    ``codes`` (int8/int4 code bytes per row), as ``RowBuffer`` lays them out: the codes from
+    the first line after a block of every row's 4 scale-and-bias bytes in reverse order."""
     bases = np.concatenate([[0], np.cumsum(cfg.table_rows)[:-1]])
+    base = -(-4 * sum(cfg.table_rows) // LINE) * LINE  # where the codes start
+
+    def lines_of(p: int) -> list[int]:
+        if codes is None:
+            return list(range(p * row_bytes // LINE, ((p + 1) * row_bytes - 1) // LINE + 1))
+        first, last = base + p * codes, base + (p + 1) * codes - 1
+        return [(base - 4 * (p + 1)) // LINE, *range(first // LINE, last // LINE + 1)]
+
+    def pinned(line: int) -> bool:
+        if codes is None:
+            return (line + 1) * LINE <= pinned_rows * row_bytes
+        window = (base - 4 * pinned_rows, base + pinned_rows * codes)
+        return pinned_rows > 0 and window[0] <= line * LINE and (line + 1) * LINE <= window[1]
+
     pos = l2layout.hot_first_positions(cfg.table_rows, hot) if hot is not None else None
     per_batch = [cfg.batch_size * p for p in cfg.pooling_factors]
     lines, counted = [], []
@@ -137,9 +199,8 @@ def expected_hit_rate(
             for j in range(k * n, (k + 1) * n):
                 g = int(bases[t] + stream[j % stream.size] % cfg.table_rows[t])
                 p = g if pos is None else int(pos[g])
-                for line in range(p * row_bytes // LINE, ((p + 1) * row_bytes - 1) // LINE + 1):
-                    pinned = (line + 1) * LINE <= pinned_rows * row_bytes
-                    lines.append(-2 - line if pinned else line)
+                for line in lines_of(p):
+                    lines.append(-2 - line if pinned(line) else line)
                     counted.append(k >= warmup)
     lru = [x for x in lines if x >= 0]
     hits = iter(lru_hits(lru, capacity))
@@ -165,7 +226,8 @@ def test_unpinned_variants_equal_a_line_by_line_lru(dim: int) -> None:
         hot = l2layout.hot_rows(cfg, trace, 4)
         layouts: list[l2layout.Layout] = ["tables", "tables-hot", "combined"]
         addrs = [l2layout.row_addresses(x, acc, cfg.table_rows, 128, hot) for x in layouts]
-        replays = [l2model._replay(spec, acc, a, 128, 0, opts, None) for a in addrs]
+        streams = [l2layout.line_stream(a, 128, spec) for a in addrs]
+        replays = [l2model._replays(spec, acc, s, [0], opts)[0] for s in streams]
         assert all(np.array_equal(r.hits, replays[0].hits) for r in replays)
 
 
@@ -249,6 +311,106 @@ def test_time_bounds_add_per_launch_and_take_the_larger_bandwidth() -> None:
     assert torch16.l2_bytes_per_batch == torch_v.l2_bytes_per_batch
     rows = sum(t.lookups for t in triton_v.tables) * 32 * 4
     assert triton_v.l2_bytes_per_batch - triton16.l2_bytes_per_batch == rows / 2
+
+
+# -- row formats and kernel traits ------------------------------------------------------------
+
+
+def test_int8_rows_take_their_real_size_in_every_layout() -> None:
+    cfg, trace = tiny_case(32)
+    rb = row_bytes("int8", 32)
+    assert rb == 32 + 4
+    acc = l2layout.accesses(cfg, trace, 3)
+    hot = l2layout.hot_rows(cfg, trace, 4)
+    # per-table allocations (FBGEMM's rows, scale and bias in front): rows back to back
+    starts = np.cumsum([0, *(-(-r * rb // 512) * 512 for r in cfg.table_rows[:-1])])
+    addr = l2layout.row_addresses("tables", acc, cfg.table_rows, rb, hot)
+    assert np.array_equal(addr, starts[acc.table] + acc.row * rb)
+    # a 132-byte row at 132 reads sectors 4-7 of line 1 and sector 0 of line 2
+    s = l2layout.line_stream(np.array([0, 132]), 132, tiny_spec(8, 4))
+    assert (s.unit.tolist(), np.asarray(s.nbytes).tolist()) == ([0, 1, 1, 2], [128, 32, 128, 32])
+    # the reference reads float32 copies whatever the format, the others the format's bytes
+    opts = l2model.PredictConfig(dtype="int8", batches=3, engine="numpy")
+    names = ["torch", f"{__name__}:UserTables", f"{__name__}:UserCombined"]
+    torch_v, tables_v, combined_v = l2model.predict(
+        tiny_spec(40, 20), cfg, trace, names, opts
+    ).variants
+    assert (torch_v.row_bytes, tables_v.row_bytes, combined_v.row_bytes) == (128, rb, rb)
+    fp32 = l2model.predict(tiny_spec(40, 20), cfg, trace, ["torch"], replace(opts, dtype="fp32"))
+    assert torch_v.l2_bytes_per_batch == fp32.variants[0].l2_bytes_per_batch
+
+
+@pytest.mark.parametrize(
+    ("fmt", "persisting", "dim"),
+    [("int8", 0, 32), ("int8", 30, 32), ("int4", 30, 32), ("int8", 30, 40), ("int8", 30, 256)],
+)  # codes of a quarter line, a half, rows across lines, two whole lines
+def test_quantized_rows_in_one_buffer_equal_a_line_by_line_lru(
+    fmt: str, persisting: int, dim: int
+) -> None:
+    # RowBuffer's layout: codes from a line boundary, each row's scale and bias in a block before
+    cfg, trace = tiny_case(dim)
+    codes = row_bytes(fmt, dim) - 4
+    spec = tiny_spec(48, persisting)
+    opts = l2model.PredictConfig(dtype=fmt, batches=3, engine="numpy", hot_rows_per_table=4)
+    names = [f"{__name__}:UserCombined", USER]
+    plain, pinned = l2model.predict(spec, cfg, trace, names, opts).variants
+    assert plain.hit_rate == pytest.approx(
+        expected_hit_rate(cfg, trace, 0, 48, codes=codes), abs=1e-12
+    )
+    hot = l2layout.hot_rows(cfg, trace, 4)
+    carve = min(12 * row_bytes(fmt, dim), persisting * LINE)
+    assert pinned.carve_out_bytes == carve
+    want = expected_hit_rate(cfg, trace, 0, 48 - -(-carve // LINE), carve // row_bytes(fmt, dim),
+                             hot, codes=codes)  # fmt: skip
+    assert pinned.hit_rate == pytest.approx(want, abs=1e-12)
+    assert (pinned.pinned_share > 0) == (persisting > 0)
+
+
+def test_smaller_rows_hit_at_least_as_often_at_every_carve_out() -> None:
+    cfg, trace = tiny_case(32)
+    spec = tiny_spec(48, 30)
+    opts = l2model.PredictConfig(batches=3, engine="numpy")
+    sweep = l2model.sweep_formats(spec, cfg, trace, ["fp32", "fp16", "int8", "int4"],
+                                  (0.0, 0.5, 1.0), opts, USER)  # fmt: skip
+    assert [f.row_bytes for f in sweep] == [128, 64, 36, 20]
+    rates = np.array([[p.hit_rate for p in f.points] for f in sweep])
+    assert np.all(np.diff(rates, axis=0) >= 0), rates  # down the formats, at each carve-out
+    assert rates[0, 0] < rates[-1, -1]
+    assert [p.carve_out_bytes for p in sweep[0].points] == [0, 1920, 3840]
+    assert all(p.pinned_share == 0 for p in (f.points[0] for f in sweep))
+    # whole-line rows: the hot rows past the carve-out are only renamed, as sweep_carve_out has it
+    sized = l2model.sweep_carve_out(spec, cfg, trace, (0.5, 1.0), opts, variant=USER)
+    assert [v.hit_rate for v in sized] == pytest.approx(rates[0, 1:].tolist(), abs=1e-12)
+    assert sweep[0].to_json()["hit_rate"] == rates[0].tolist()
+
+
+def test_variants_come_from_the_registry_traits() -> None:
+    own = l2layout.default_variants("fp32")
+    assert {"torch", "torch-hot"} <= set(own) and own[0] == "torch"
+    assert all(not l2layout.variant_traits(n).peer for n in own)
+    assert all(
+        l2layout.variant_traits(n).pins_l2 for n in own[own.index(l2model.pinning_variant()) :]
+    )
+    with pytest.raises(
+        ConfigError, match=r"no L2 model; modelled: the registered kernels \(.*torch"
+    ):
+        l2model.check_variants(["nope"])
+    with pytest.raises(ConfigError, match="variant 'no_such_module:K'"):
+        l2model.check_variants(["no_such_module:K"])
+    with pytest.raises(ConfigError, match="does not read int8 rows"):
+        l2model.check_variants([f"{__name__}:UserUntraited"], "int8")
+    with pytest.raises(ConfigError, match="dtype: 'int9' is not a row format; allowed: fp32"):
+        l2model.PredictConfig(dtype="int9")  # type: ignore[arg-type]
+    # a peer is modelled when named, never by default
+    KERNELS.register("test-peer", traits=KernelTraits(layout="combined", peer="torch"))(UserPinned)
+    try:
+        assert "test-peer" not in l2layout.default_variants("fp32")
+        cfg, trace = tiny_case(32)
+        (v,) = l2model.predict(tiny_spec(40, 20), cfg, trace, ["test-peer"]).variants
+        (t,) = l2model.predict(tiny_spec(40, 20), cfg, trace, [f"{__name__}:UserCombined"]).variants
+        assert (v.layout, v.hit_rate) == ("combined", t.hit_rate)
+    finally:
+        KERNELS.unregister("test-peer")
 
 
 # -- the bundled trace against `recperf embed stats` --------------------------------------------
@@ -385,6 +547,8 @@ def test_predict_cli_bad_input_is_one_line() -> None:
         (["--gpu", "h200", "--variants", "torch,nope"], "variant 'nope'"),
         (["--gpu", "h200", "--sample", "0"], "sample = 0.0"),
         (["--gpu", "h200", "--config", "huge"], "config 'huge'"),
+        (["--gpu", "h200", "--dtype", "int9"], "allowed: fp32, fp16, bf16, fp8, int8, int4"),
+        (["--gpu", "h200", "--variants", "no_such_module:K"], "variant 'no_such_module:K'"),
     ]:
         res = runner.invoke(app, ["predict", *args])
         assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.stderr
@@ -414,7 +578,25 @@ def test_report_puts_a_gpu_runs_times_beside_the_bounds() -> None:
     assert row["variant"] == "triton" and row["measured_over_bound"] == pytest.approx(0.5 / bound)
     page = embed_l2.l2_html(data)
     assert "beside the model&#x27;s lower bound" in page and "A model, not a measurement." in page
-    assert page.count('class="rp-figure"') == 1 and "set associativity" in page
+    assert page.count('class="rp-figure"') == 2 and "set associativity" in page
+    # the carve-out by row format, on the run's device: the quick one's formats and carve-outs
+    by_format = data["by_format"]
+    assert by_format["gpu"]["name"] == "h200" and by_format["unread"] == []
+    assert (by_format["config"], by_format["trace"]) == ("small", "reuse-high")
+    assert [(c["row_format"], c["row_bytes"]) for c in by_format["formats"]] == [
+        ("fp32", 128),
+        ("int8", 36),
+    ]
+    persisting = gpus.load("h200").persisting_l2_max_bytes
+    for c in by_format["formats"]:
+        # the small tables' rows all fit: the last carve-out is all of them
+        rows = sum(config("small").table_rows)
+        assert c["carve_out_bytes"] == [0, min(persisting, rows * c["row_bytes"])]
+        assert c["pinned_share"][0] == 0 < c["pinned_share"][-1]
+    assert 'id="embed-l2model-formats"' in page and "will pinning pay by row format?" in page
+    fig = embed_l2.carve_out_figure(by_format)
+    assert [t.name for t in fig.data] == ["fp32 (128 B rows)", "int8 (36 B rows)"]
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text and fig.layout.title.text
     bad = embed_l2.model_for_report(
         True, {**run, "runs": [{"trace": "nope", "variants": variants}]}
     )

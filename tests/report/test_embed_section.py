@@ -77,8 +77,8 @@ def test_section_is_last_after_stalls() -> None:
 def test_quick_section_has_its_figures(quick: Quick) -> None:
     section, _, _ = quick
     assert (section.title, section.key) == ("Embedding stage (DLRM inference)", "embed")
-    assert section.html.count(f'class="{FIGURE_CLASS}"') == 6  # and the L2 model's figure
-    assert _figure_ids(section.html) == [*CPU_FIGURES, "embed-l2model"]
+    assert section.html.count(f'class="{FIGURE_CLASS}"') == 7  # and the L2 model's two
+    assert _figure_ids(section.html) == [*CPU_FIGURES, "embed-l2model", "embed-l2model-formats"]
 
 
 def test_locality_table_equals_the_library_stats(quick: Quick) -> None:

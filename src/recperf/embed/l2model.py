@@ -1,10 +1,12 @@
 """A trace-driven model of the embedding kernels' L2 traffic on a GPU described by a spec: for
-each kernel variant, the exact stream of L2 lines it touches (rows laid out as the kernel lays
-them out), its LRU hit rate at every cache size from the stack distances (``stackdist``), the
-DRAM bytes per batch, and a lower bound on the time from the DRAM and L2 bandwidths.
+each kernel variant, the exact stream of L2 lines it touches (rows of their row format's real
+size, ``formats.row_bytes``, laid out as the kernel's traits say), its LRU hit rate at every
+cache size from the stack distances (``stackdist``), the DRAM bytes per batch, and a lower bound
+on the time from the DRAM and L2 bandwidths.
 
-The layouts are ``l2layout``'s; ``hot-l2`` and ``combined`` pin their hot region in the
-persisting L2: its lines always hit and the LRU holds the L2 less the carve-out. The first
+The layouts are ``l2layout``'s, read off each kernel's registry traits (``variant_traits``);
+a variant whose traits pin L2 (``hot-l2``, ``combined``) pins its hot region in the persisting
+L2: its lines always hit and the LRU holds the L2 less the carve-out. The first
 ``warmup`` batches fill the cache and are not counted.
 
 It is a model, not a measurement. It leaves out (``LEAVES_OUT``): set associativity and the
@@ -22,7 +24,7 @@ import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,19 +33,28 @@ from recperf.core.config import check_range, check_seed
 from recperf.core.errors import ConfigError
 from recperf.embed import stackdist
 from recperf.embed.gpus import GpuSpec
+from recperf.embed.kernels.base import KernelTraits
+from recperf.embed.kernels.formats import INTEGER_FORMATS, ROW_FORMATS, RowFormat, check_format
+from recperf.embed.kernels.formats import row_bytes as format_row_bytes
 from recperf.embed.l2layout import (
     ALLOC_ALIGN,
+    ONE_BUFFER,
     Accesses,
+    LineStream,
     accesses,
+    check_reads,
+    default_variants,
     hot_rows,
-    line_stream,
+    read_row_bytes,
     row_addresses,
+    row_stream,
+    variant_traits,
 )
-from recperf.embed.l2layout import VARIANTS as VARIANTS  # re-exported: the modelled names
 from recperf.embed.model import EmbedConfig
 from recperf.embed.traces import Trace
 
 F64 = npt.NDArray[np.float64]
+I64 = npt.NDArray[np.int64]
 LEAVES_OUT = (
     "Left out: set associativity and the hash of addresses to L2 slices (a fully associative "
     "LRU is modelled), the L2's split into two partitions on A100/H100, sector promotion and "
@@ -52,7 +63,6 @@ LEAVES_OUT = (
     "is counted once as written), and concurrency (bags replayed one after another)."
 )
 MODEL_NOTE = "A model, not a measurement."
-ELEMENT_BYTES = {"fp32": 4, "fp16": 2}
 CURVE_POINTS = 41
 """Points of the hit-rate curve's log grid, 1 MiB to 1 GiB."""
 
@@ -61,8 +71,10 @@ CURVE_POINTS = 41
 class PredictConfig:
     """Options of a prediction."""
 
-    dtype: Literal["fp32", "fp16"] = "fp32"
-    """Weight element type: fp32 or fp16."""
+    dtype: RowFormat = "fp32"
+    """Row format (``formats.ROW_FORMATS``): a row takes ``formats.row_bytes(dtype, dim)``
+    bytes, int8/int4 scale and bias included (a variant whose traits say ``reads_fp32`` reads
+    float32 copies whatever it is)."""
     batches: int = 2
     """Consecutive batches replayed (>= 2), the first ``warmup`` only to fill the cache."""
     warmup: int = 1
@@ -78,8 +90,7 @@ class PredictConfig:
     evenly over the tables (as the GPU benchmark chooses them)."""
 
     def __post_init__(self) -> None:
-        if self.dtype not in ELEMENT_BYTES:
-            raise ConfigError(f"dtype = {self.dtype!r}: expected fp32 or fp16")
+        check_format(self.dtype, "dtype")
         check_range("batches", self.batches, 2, 64)
         check_range("warmup", self.warmup, 0, self.batches - 1)
         check_range("sample", self.sample, 0.0, 1.0, lo_open=True)
@@ -113,6 +124,8 @@ class VariantPrediction:
 
     variant: str
     layout: str
+    row_bytes: int
+    """Bytes it reads per row (the row format's, or float32's for a ``reads_fp32`` kernel)."""
     hot_rows_per_table: int
     carve_out_bytes: int
     """Persisting L2 set aside for the pinned region (0 without pinning)."""
@@ -167,14 +180,25 @@ def variant_json(v: VariantPrediction) -> dict[str, Any]:
 # -- predicting -------------------------------------------------------------------------------
 
 
-def check_variants(names: Sequence[str]) -> tuple[str, ...]:
-    """``names`` if every one is modelled, else one ConfigError naming the first that is not."""
+def check_variants(names: Sequence[str], fmt: str = "fp32") -> tuple[str, ...]:
+    """``names`` (duplicates dropped) if each is a kernel the model knows (registered, or a
+    ``module:attr`` one, by its traits) that reads ``fmt`` rows, else one ConfigError naming
+    the first that is not (none given: one listing the default variants for ``fmt``)."""
     for name in names:
-        if name not in VARIANTS:
-            raise ConfigError(f"variant {name!r}: no L2 model; modelled: {', '.join(VARIANTS)}")
+        check_reads(name, variant_traits(name), fmt)
     if not names:
-        raise ConfigError(f"variants: none given; modelled: {', '.join(VARIANTS)}")
+        raise ConfigError(f"variants: none given; modelled for {fmt}: {_listed(fmt)}")
     return tuple(dict.fromkeys(names))
+
+
+def _listed(fmt: str) -> str:
+    return ", ".join(default_variants(fmt)) or "no registered kernel"
+
+
+def check_dim(fmt: str, dim: int) -> None:
+    """One ConfigError when rows of width ``dim`` cannot be held in ``fmt``."""
+    if fmt == "int4" and dim % 2:
+        raise ConfigError(f"dim: int4 packs two columns per byte; {dim} is odd")
 
 
 def curve_sizes(spec: GpuSpec) -> tuple[int, ...]:
@@ -199,65 +223,110 @@ class _Replay:
     """Per curve size, line hits per batch (NaN where the L2 is smaller than the carve-out)."""
 
 
-PINNED, KEPT_HIT, KEPT_MISS, UNSAMPLED, PINNED_COLD = range(5)
-"""What happened to a line access: a pinned hit, a sampled LRU hit or miss, not sampled, or the
-first access to a pinned line (a miss: pinning keeps lines, it does not load them)."""
+def _first_touches(unit: I64, size: int) -> I64:
+    """Indices of the first access to each distinct ``unit`` (all in ``[0, size)``)."""
+    first = np.full(size, unit.size, dtype=np.int64)
+    np.minimum.at(first, unit, np.arange(unit.size, dtype=np.int64))
+    found: I64 = first[first < unit.size]
+    return found
 
 
-def _replay(
+def _replays(
     spec: GpuSpec,
     acc: Accesses,
-    addr: npt.NDArray[np.int64],
-    row_bytes: int,
-    carve: int,
+    s: LineStream,
+    carves: Sequence[int],
     opts: PredictConfig,
-    progress: Callable[[float], None] | None,
-) -> _Replay:
-    s = line_stream(addr, row_bytes, spec)
-    k, line = s.lines_per_unit, spec.line_bytes
-    carve_lines = -(-carve // line)
-    kind = np.full(s.unit.size, UNSAMPLED, dtype=np.int8)
-    if carve:
-        pinned = np.flatnonzero(s.unit * line + k * line <= carve)
-        kind[pinned] = PINNED
-        kind[pinned[np.unique(s.unit[pinned], return_index=True)[1]]] = PINNED_COLD
-    lru_access = (kind != PINNED) & (kind != PINNED_COLD)
-    keep = np.flatnonzero(lru_access & stackdist.sampled(s.unit, opts.sample, opts.seed))
-    dist = stackdist.stack_distances(s.unit[keep], opts.engine, progress)
-    cap = max(spec.l2_lines - carve_lines, 0) // k
-    kind[keep] = np.where((dist >= 0) & (dist < opts.sample * cap), KEPT_HIT, KEPT_MISS)
-    # the batches follow one another: the counted accesses are the stream's tail
-    batch = acc.batch if s.source is None else acc.batch[s.source]
-    start = int(np.searchsorted(batch, opts.warmup))
-    table = acc.table[start:] if s.source is None else acc.table[s.source[start:]]
-    t_count = len(acc.lookups)
+    progress: Callable[[float], None] | None = None,
+) -> list[_Replay]:
+    """The stream's replay with each carve-out pinned (its first ``carve`` bytes; 0: none).
+    What does not depend on the carve-out is counted once: per table the counted accesses and
+    bytes, and, bucketed by the carve-outs that pin them, the accesses to pinnable lines and
+    their first touches (a miss: pinning keeps lines, it does not load them); per carve-out
+    only the sampled lines left to the LRU are replayed through the stack distances."""
+    k, line, t_count = s.lines_per_unit, spec.line_bytes, len(acc.lookups)
     per_batch = 1.0 / (opts.batches - opts.warmup)
-    code = table * 5 + kind[start:]
-    n: F64 = np.bincount(code, minlength=5 * t_count).astype(np.float64).reshape(t_count, 5)
-    n *= per_batch
-    if isinstance(s.nbytes, int):  # every access reads the same bytes
-        nbytes = n * s.nbytes
-    else:
-        weighed = np.bincount(code, weights=s.nbytes[start:], minlength=5 * t_count)
-        nbytes = weighed.astype(np.float64).reshape(t_count, 5) * per_batch
-    # ratio estimates: each table's sampled LRU accesses stand for all its LRU accesses
-    kept = n[:, KEPT_HIT] + n[:, KEPT_MISS]
-    lru = kept + n[:, UNSAMPLED]
-    overall = float(lru.sum()) / max(float(kept.sum()), 1e-300)
-    scale = np.where(kept > 0, lru / np.maximum(kept, 1e-300), overall)
+    # the counted batches are the tail (look-ups and their accesses are in batch order)
+    start = int(np.searchsorted(acc.batch, opts.warmup))
+    if s.source is not None:
+        start = int(np.searchsorted(s.source, start))
+
+    def table(idx: I64 | slice) -> I64:
+        """The tables of the accesses at ``idx`` (gathered for them alone: streams are long)."""
+        found: I64 = acc.table[idx] if s.source is None else acc.table[s.source[idx]]
+        return found
+
+    def tally(idx: I64 | slice) -> tuple[F64, F64]:
+        """Per table, the accesses at ``idx`` and their bytes, per batch."""
+        t = table(idx)
+        n = np.bincount(t, minlength=t_count).astype(np.float64)
+        if isinstance(s.nbytes, int):
+            return n * per_batch, n * (s.nbytes * per_batch)
+        b = np.bincount(t, weights=s.nbytes[idx], minlength=t_count).astype(np.float64)
+        return n * per_batch, b * per_batch
+
+    counted, counted_bytes = tally(slice(start, None))
+    # a unit is pinned by the carve-outs of at least its pin_bytes
+    edges = np.unique(np.asarray(carves, dtype=np.int64))
+    pinnable = np.flatnonzero(s.pin_bytes <= edges[-1])
+
+    def by_edge(idx: I64) -> tuple[F64, F64]:
+        """Per edge and table, the counted accesses at ``idx`` to units below it (and bytes)."""
+        idx = idx[idx >= start]
+        code = np.searchsorted(edges, s.pin_bytes[idx], side="left") * t_count + table(idx)
+        size = (edges.size + 1) * t_count
+        n = np.bincount(code, minlength=size).astype(np.float64).reshape(-1, t_count)
+        w = s.nbytes if isinstance(s.nbytes, int) else s.nbytes[idx]
+        weighed = np.bincount(code, weights=np.broadcast_to(w, idx.shape), minlength=size)
+        b: F64 = weighed.astype(np.float64).reshape(-1, t_count)
+        cum_n: F64 = np.cumsum(n, axis=0) * per_batch
+        cum_b: F64 = np.cumsum(b, axis=0) * per_batch
+        return cum_n, cum_b
+
+    pinned, _ = by_edge(pinnable)
+    units = s.unit[pinnable]
+    first = pinnable[_first_touches(units, int(units.max()) + 1 if units.size else 0)]
+    cold, cold_bytes = by_edge(first)
+    sample = np.flatnonzero(stackdist.sampled(s.unit, opts.sample, opts.seed))
+    sample_pin = s.pin_bytes[sample]
     sizes = np.asarray(curve_sizes(spec), dtype=np.int64)
-    lru_units = np.maximum(sizes // line - carve_lines, 0) // k
-    warm = np.sort(dist[(keep >= start) & (dist >= 0)])
-    curve = np.searchsorted(warm, opts.sample * lru_units, side="left") * per_batch * overall
-    pin_hits, pin_all = n[:, PINNED], n[:, PINNED] + n[:, PINNED_COLD]
-    return _Replay(
-        lines=(lru + pin_all) * k,
-        hits=(n[:, KEPT_HIT] * scale + pin_hits) * k,
-        l2_row_bytes=nbytes.sum(axis=1),
-        dram_row_bytes=nbytes[:, KEPT_MISS] * scale + nbytes[:, PINNED_COLD],
-        pinned_lines=float(pin_all.sum() * k),
-        curve_hits=np.where(sizes >= carve, (curve + pin_hits.sum()) * k, np.nan),
-    )
+    out = []
+    for j, carve in enumerate(carves):
+        e = int(np.searchsorted(edges, carve))
+        pin_all, pin_cold, pin_cold_bytes = pinned[e], cold[e], cold_bytes[e]
+        keep = sample[sample_pin > carve]
+
+        def sub(f: float, j: int = j) -> None:
+            if progress is not None:
+                progress((j + f) / len(carves))
+
+        dist = stackdist.stack_distances(s.unit[keep], opts.engine, sub)
+        carve_lines = -(-carve // line)
+        cap = max(spec.l2_lines - carve_lines, 0) // k
+        hit = (dist >= 0) & (dist < opts.sample * cap)
+        is_counted = keep >= start
+        hits, _ = tally(keep[is_counted & hit])
+        misses, miss_bytes = tally(keep[is_counted & ~hit])
+        # ratio estimates: each table's sampled LRU accesses stand for all its LRU accesses
+        kept = hits + misses
+        lru = counted - pin_all
+        overall = float(lru.sum()) / max(float(kept.sum()), 1e-300)
+        scale = np.where(kept > 0, lru / np.maximum(kept, 1e-300), overall)
+        lru_units = np.maximum(sizes // line - carve_lines, 0) // k
+        warm = np.sort(dist[is_counted & (dist >= 0)])
+        curve = np.searchsorted(warm, opts.sample * lru_units, side="left") * per_batch * overall
+        pin_hits = pin_all - pin_cold
+        out.append(
+            _Replay(
+                lines=(lru + pin_all) * k,
+                hits=(hits * scale + pin_hits) * k,
+                l2_row_bytes=counted_bytes,
+                dram_row_bytes=miss_bytes * scale + pin_cold_bytes,
+                pinned_lines=float(pin_all.sum() * k),
+                curve_hits=np.where(sizes >= carve, (curve + pin_hits.sum()) * k, np.nan),
+            )
+        )
+    return out
 
 
 def _io_bytes(cfg: EmbedConfig, lookups: Sequence[int]) -> F64:
@@ -266,15 +335,25 @@ def _io_bytes(cfg: EmbedConfig, lookups: Sequence[int]) -> F64:
     return np.asarray([n * 8 + b * 8 + b * cfg.dim * 4 for n in lookups], dtype=np.float64)
 
 
+@dataclass(frozen=True, slots=True)
+class _Variant:
+    """What ``_variant`` needs of a variant besides its replay."""
+
+    name: str
+    traits: KernelTraits
+    row_bytes: int
+    carve: int
+    hot: int
+
+
 def _variant(
-    name: str, spec: GpuSpec, cfg: EmbedConfig, rep: _Replay, io: F64, carve: int, hot: int
+    v: _Variant, spec: GpuSpec, cfg: EmbedConfig, rep: _Replay, io: F64
 ) -> VariantPrediction:
-    model = VARIANTS[name]
     dram_bw, l2_bw = spec.dram_gb_per_s * 1e9, spec.l2_gb_per_s * 1e9
     l2_t, dram_t = rep.l2_row_bytes + io, rep.dram_row_bytes + io
     t_dram, t_l2 = dram_t / dram_bw, l2_t / l2_bw
     per_table = np.maximum(t_dram, t_l2)
-    if model.fused:
+    if v.traits.fused:
         total = max(float(t_dram.sum()), float(t_l2.sum()))
         bound = "dram" if t_dram.sum() >= t_l2.sum() else "l2"
     else:
@@ -293,10 +372,11 @@ def _variant(
         for t, n in enumerate(cfg.batch_size * p for p in cfg.pooling_factors)
     )
     return VariantPrediction(
-        variant=name,
-        layout=model.layout,
-        hot_rows_per_table=hot if model.layout in ("tables-hot", "hot-first") else 0,
-        carve_out_bytes=carve,
+        variant=v.name,
+        layout=v.traits.layout,
+        row_bytes=v.row_bytes,
+        hot_rows_per_table=v.hot if v.traits.layout in ("tables-hot", "hot-first") else 0,
+        carve_out_bytes=v.carve,
         hit_rate=float(rep.hits.sum()) / lines if lines else float("nan"),
         pinned_share=rep.pinned_lines / lines if lines else 0.0,
         l2_bytes_per_batch=float(l2_t.sum()),
@@ -322,6 +402,13 @@ def _accesses(cfg: EmbedConfig, trace: Trace, batches: int) -> Accesses:
     return accesses(cfg, trace, batches)
 
 
+def _check_shape(cfg: EmbedConfig, trace: Trace, fmt: str) -> None:
+    check_dim(fmt, cfg.dim)
+    if trace.tables != cfg.num_tables:
+        why = f"{trace.tables} tables, the configuration {cfg.num_tables}"
+        raise ConfigError(f"trace {trace.name!r}: {why} (use bench.bench_trace)")
+
+
 def predict(
     spec: GpuSpec,
     cfg: EmbedConfig,
@@ -330,39 +417,43 @@ def predict(
     options: PredictConfig | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> Prediction:
-    """The model's prediction for each of ``variants`` on ``spec``, ``cfg``'s tables and
-    batches and ``trace`` (with ``cfg``'s tables, e.g. from ``bench.bench_trace``)."""
+    """The model's prediction for each of ``variants`` (kernel names, ``default_variants`` for
+    all of recperf's own) on ``spec``, ``cfg``'s tables and batches and ``trace`` (with
+    ``cfg``'s tables, e.g. from ``bench.bench_trace``), rows in ``options.dtype``."""
     t0 = time.perf_counter()
     opts = options or PredictConfig()
-    names = check_variants(variants)
-    if trace.tables != cfg.num_tables:
-        why = f"{trace.tables} tables, the configuration {cfg.num_tables}"
-        raise ConfigError(f"trace {trace.name!r}: {why} (use bench.bench_trace)")
-    row_bytes = cfg.dim * ELEMENT_BYTES[opts.dtype]
+    names = check_variants(variants, opts.dtype)
+    _check_shape(cfg, trace, opts.dtype)
+    row_bytes = format_row_bytes(opts.dtype, cfg.dim)
+    traits = {n: variant_traits(n) for n in names}
     acc = _accesses(cfg, trace, opts.batches)
     hot_n = hot_count(spec, cfg, row_bytes, opts)
-    needs_hot = any(VARIANTS[n].layout in ("tables-hot", "hot-first") for n in names)
+    needs_hot = any(t.layout in ("tables-hot", "hot-first") for t in traits.values())
     hot = hot_rows(cfg, trace, hot_n) if needs_hot else []
     hot_bytes = sum(int(h.size) for h in hot) * row_bytes
     io = _io_bytes(cfg, acc.lookups)
     replays: dict[tuple[str, int, int], _Replay] = {}
     out = []
     for i, name in enumerate(names):
-        model = VARIANTS[name]
-        carve = spec.carve_out(hot_bytes) if model.pins else 0
-        rb = cfg.dim * 4 if model.reads_fp32 else row_bytes
-        # whole-line rows: the unpinned layouts only rename rows, so their LRU hits are equal
-        plain = not model.pins and rb % spec.line_bytes == ALLOC_ALIGN % spec.line_bytes == 0
-        key = ("renamed rows" if plain else model.layout, carve, rb)
+        tr = traits[name]
+        carve = spec.carve_out(hot_bytes) if tr.pins_l2 else 0
+        rb = read_row_bytes(tr, opts.dtype, cfg.dim)
+        fmt = "fp32" if tr.reads_fp32 else opts.dtype
+        # whole-line rows (no scale and bias apart): the unpinned layouts only rename rows, so
+        # their LRU hits are equal
+        whole = rb % spec.line_bytes == ALLOC_ALIGN % spec.line_bytes == 0
+        plain = not tr.pins_l2 and whole and fmt not in INTEGER_FORMATS
+        key = ("renamed rows" if plain else tr.layout, carve, rb)
         if key not in replays:
-            addr = row_addresses(model.layout, acc, cfg.table_rows, rb, hot)
 
             def sub(f: float, i: int = i) -> None:
                 if progress is not None:
                     progress((i + f) / len(names))
 
-            replays[key] = _replay(spec, acc, addr, rb, carve, opts, sub)
-        out.append(_variant(name, spec, cfg, replays[key], io, carve, hot_n))
+            stream = row_stream(tr.layout, fmt, cfg.dim, acc, cfg.table_rows, hot, spec)
+            replays[key] = _replays(spec, acc, stream, [carve], opts, sub)[0]
+        v = _Variant(name=name, traits=tr, row_bytes=rb, carve=carve, hot=hot_n)
+        out.append(_variant(v, spec, cfg, replays[key], io))
         if progress is not None:
             progress((i + 1) / len(names))
     return Prediction(
@@ -381,6 +472,27 @@ SWEEP = (0.0625, 0.125, 0.25, 0.5, 1.0)
 """Carve-outs of ``sweep_carve_out``, as shares of the persisting-L2 maximum."""
 
 
+def pinning_variant(fmt: str = "fp32") -> str:
+    """The first default variant for ``fmt`` whose traits pin L2 (the one a carve-out sweep
+    models unless told), or one ConfigError when no registered kernel does."""
+    for name in default_variants(fmt):
+        if variant_traits(name).pins_l2:
+            return name
+    raise ConfigError(
+        f"variant: no registered kernel pins L2 and reads {fmt} rows (the pinning kernels are "
+        f"Triton ones, registered only where triton is installed)"
+    )
+
+
+def _pinning(variant: str | None, fmt: str) -> tuple[str, KernelTraits]:
+    name = variant if variant is not None else pinning_variant(fmt)
+    tr = variant_traits(name)
+    if not tr.pins_l2:
+        raise ConfigError(f"variant {name!r}: does not pin L2 (its traits), so has no carve-out")
+    check_reads(name, tr, fmt)
+    return name, tr
+
+
 def sweep_carve_out(
     spec: GpuSpec,
     cfg: EmbedConfig,
@@ -388,17 +500,105 @@ def sweep_carve_out(
     shares: Sequence[float] = SWEEP,
     options: PredictConfig | None = None,
     progress: Callable[[float], None] | None = None,
+    variant: str | None = None,
 ) -> tuple[VariantPrediction, ...]:
-    """Will pinning pay? ``hot-l2`` with its hot region (and so its carve-out) sized to each
-    share of the persisting-L2 maximum, the hot rows split evenly over the tables."""
+    """Will pinning pay? The pinning ``variant`` (default ``pinning_variant``) with its hot
+    region (and so its carve-out) sized to each share of the persisting-L2 maximum, the hot
+    rows split evenly over the tables."""
     opts = options or PredictConfig()
-    row_bytes = cfg.dim * ELEMENT_BYTES[opts.dtype]
+    name, tr = _pinning(variant, opts.dtype)
+    check_dim(opts.dtype, cfg.dim)
+    row_bytes = read_row_bytes(tr, opts.dtype, cfg.dim)
     out: list[VariantPrediction] = []
     for i, share in enumerate(shares):
         check_range("carve-out share", share, 0.0, 1.0, lo_open=True)
         per_table = int(share * spec.persisting_l2_max_bytes) // row_bytes // cfg.num_tables
         sized = replace(opts, hot_rows_per_table=max(1, per_table))
-        out += predict(spec, cfg, trace, ["hot-l2"], sized).variants
+        out += predict(spec, cfg, trace, [name], sized).variants
         if progress is not None:
             progress((i + 1) / len(shares))
+    return tuple(out)
+
+
+FORMAT_SHARES = (0.0, 0.125, 0.25, 0.5, 1.0)
+"""Carve-outs of ``sweep_formats``, as shares of the persisting-L2 maximum (0: no pinning)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class FormatSweep:
+    """One row format's pinning variant at each carve-out (``sweep_formats``)."""
+
+    row_format: str
+    row_bytes: int
+    """Bytes the variant reads per row (``formats.row_bytes``, scale and bias included)."""
+    points: tuple[VariantPrediction, ...]
+    """One per carve-out, in the order of the shares swept."""
+
+    def to_json(self) -> dict[str, Any]:
+        keys = ("carve_out_bytes", "hit_rate", "pinned_share", "dram_bytes_per_batch",
+                "time_lower_bound_ms")  # fmt: skip
+        first = self.points[0] if self.points else None
+        head = {
+            "row_format": self.row_format,
+            "row_bytes": self.row_bytes,
+            "variant": "" if first is None else first.variant,
+            "hot_rows_per_table": 0 if first is None else first.hot_rows_per_table,
+        }
+        return head | {k: [getattr(p, k) for p in self.points] for k in keys}
+
+
+def sweep_formats(
+    spec: GpuSpec,
+    cfg: EmbedConfig,
+    trace: Trace,
+    formats: Sequence[str] = ROW_FORMATS,
+    shares: Sequence[float] = FORMAT_SHARES,
+    options: PredictConfig | None = None,
+    variant: str | None = None,
+) -> tuple[FormatSweep, ...]:
+    """Hit rate against the persisting carve-out, per row format: the pinning ``variant``
+    (default ``pinning_variant``) with as many hot rows laid out first as the smallest of
+    ``formats`` fits in the persisting-L2 maximum (or ``options.hot_rows_per_table``), and the
+    first ``share`` of that maximum pinned (0: nothing pinned, the LRU has the whole L2). One
+    layout serves every format and carve-out, so a sweep costs one line stream per format; for
+    whole-line rows it equals ``sweep_carve_out`` (rows only renamed), for others the hot rows
+    past the carve-out stay packed together where ``sweep_carve_out`` puts them in id order."""
+    opts = options or PredictConfig()
+    fmts = [check_format(f, "formats") for f in dict.fromkeys(formats)]
+    if not fmts:
+        raise ConfigError(f"formats: none given; allowed: {', '.join(ROW_FORMATS)}")
+    for share in shares:
+        check_range("carve-out share", share, 0.0, 1.0)
+    name, tr = _pinning(variant, fmts[0])
+    sizes = {f: read_row_bytes(tr, f, cfg.dim) for f in fmts}
+    for f in fmts:
+        check_reads(name, tr, f)
+        _check_shape(cfg, trace, f)
+    acc = _accesses(cfg, trace, opts.batches)
+    hot_n = hot_count(spec, cfg, min(sizes.values()), opts)
+    hot = hot_rows(cfg, trace, hot_n)
+    hot_count_all = sum(int(h.size) for h in hot)
+    one_buffer = tr.layout in ONE_BUFFER  # the positions serve every format
+    positions = row_addresses(tr.layout, acc, cfg.table_rows, 1, hot) if one_buffer else None
+    io = _io_bytes(cfg, acc.lookups)
+    out = []
+    for f in fmts:
+        rb = sizes[f]
+        fmt = "fp32" if tr.reads_fp32 else f
+        stream = row_stream(tr.layout, fmt, cfg.dim, acc, cfg.table_rows, hot, spec, positions)
+        pins = [
+            min(int(share * spec.persisting_l2_max_bytes), hot_count_all * rb) for share in shares
+        ]
+        carves = [spec.carve_out(pin) for pin in pins]
+        points = [
+            _variant(
+                _Variant(name=name, traits=tr, row_bytes=rb, carve=carve, hot=hot_n),
+                spec,
+                cfg,
+                rep,
+                io,
+            )
+            for carve, rep in zip(carves, _replays(spec, acc, stream, carves, opts), strict=True)
+        ]
+        out.append(FormatSweep(row_format=f, row_bytes=rb, points=tuple(points)))
     return tuple(out)
