@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from recperf.cli.embed import app
 from recperf.core.errors import ConfigError
-from recperf.embed import gpus, l2layout, l2model, locality, stackdist, traces
+from recperf.embed import gpus, l2layout, l2model, l2sweep, locality, stackdist, traces
 from recperf.embed.kernels.base import KERNELS, KernelTraits, Lookup, Tables
 from recperf.embed.kernels.formats import ROW_FORMATS, row_bytes
 from recperf.embed.kernels.torch_hot import hot_first_order
@@ -227,7 +227,7 @@ def test_unpinned_variants_equal_a_line_by_line_lru(dim: int) -> None:
         layouts: list[l2layout.Layout] = ["tables", "tables-hot", "combined"]
         addrs = [l2layout.row_addresses(x, acc, cfg.table_rows, 128, hot) for x in layouts]
         streams = [l2layout.line_stream(a, 128, spec) for a in addrs]
-        replays = [l2model._replays(spec, acc, s, [0], opts)[0] for s in streams]
+        replays = [l2model.replay_carve_outs(spec, acc, s, [0], opts)[0] for s in streams]
         assert all(np.array_equal(r.hits, replays[0].hits) for r in replays)
 
 
@@ -370,7 +370,7 @@ def test_smaller_rows_hit_at_least_as_often_at_every_carve_out() -> None:
     cfg, trace = tiny_case(32)
     spec = tiny_spec(48, 30)
     opts = l2model.PredictConfig(batches=3, engine="numpy")
-    sweep = l2model.sweep_formats(spec, cfg, trace, ["fp32", "fp16", "int8", "int4"],
+    sweep = l2sweep.sweep_formats(spec, cfg, trace, ["fp32", "fp16", "int8", "int4"],
                                   (0.0, 0.5, 1.0), opts, USER)  # fmt: skip
     assert [f.row_bytes for f in sweep] == [128, 64, 36, 20]
     rates = np.array([[p.hit_rate for p in f.points] for f in sweep])
@@ -379,7 +379,7 @@ def test_smaller_rows_hit_at_least_as_often_at_every_carve_out() -> None:
     assert [p.carve_out_bytes for p in sweep[0].points] == [0, 1920, 3840]
     assert all(p.pinned_share == 0 for p in (f.points[0] for f in sweep))
     # whole-line rows: the hot rows past the carve-out are only renamed, as sweep_carve_out has it
-    sized = l2model.sweep_carve_out(spec, cfg, trace, (0.5, 1.0), opts, variant=USER)
+    sized = l2sweep.sweep_carve_out(spec, cfg, trace, (0.5, 1.0), opts, variant=USER)
     assert [v.hit_rate for v in sized] == pytest.approx(rates[0, 1:].tolist(), abs=1e-12)
     assert sweep[0].to_json()["hit_rate"] == rates[0].tolist()
 
@@ -389,7 +389,7 @@ def test_variants_come_from_the_registry_traits() -> None:
     assert {"torch", "torch-hot"} <= set(own) and own[0] == "torch"
     assert all(not l2layout.variant_traits(n).peer for n in own)
     assert all(
-        l2layout.variant_traits(n).pins_l2 for n in own[own.index(l2model.pinning_variant()) :]
+        l2layout.variant_traits(n).pins_l2 for n in own[own.index(l2sweep.pinning_variant()) :]
     )
     with pytest.raises(
         ConfigError, match=r"no L2 model; modelled: the registered kernels \(.*torch"

@@ -58,7 +58,7 @@ def predict_cmd(
     For each kernel variant: the L2 hit rate, DRAM bytes per batch and a lower bound on its time
     on a GPU described by a spec."""
     from recperf.core.progress import progress_from_first_update
-    from recperf.embed import gpus, l2model
+    from recperf.embed import gpus, l2model, l2sweep
     from recperf.embed.bench import bench_trace
     from recperf.embed.kernels.formats import check_format
     from recperf.embed.l2layout import default_variants
@@ -79,12 +79,12 @@ def predict_cmd(
     given = parse_names(variants, "--variants") if variants is not None else None
     names = l2model.check_variants(default_variants(dtype) if given is None else given, dtype)
     l2model.check_dim(dtype, cfg.dim)
-    pinning = l2model.pinning_variant(dtype) if shares else None
+    pinning = l2sweep.pinning_variant(dtype) if shares else None
     loaded = bench_trace(cfg, trace, seed)
     with progress_from_first_update(f"L2 model: {config} / {trace} on {spec.name}") as bar:
         result = l2model.predict(spec, cfg, loaded, names, options, progress=bar)
         sweep = (
-            l2model.sweep_carve_out(spec, cfg, loaded, shares, options, variant=pinning)
+            l2sweep.sweep_carve_out(spec, cfg, loaded, shares, options, variant=pinning)
             if shares
             else ()
         )

@@ -7,7 +7,8 @@ on the time from the DRAM and L2 bandwidths.
 The layouts are ``l2layout``'s, read off each kernel's registry traits (``variant_traits``);
 a variant whose traits pin L2 (``hot-l2``, ``combined``) pins its hot region in the persisting
 L2: its lines always hit and the LRU holds the L2 less the carve-out. The first
-``warmup`` batches fill the cache and are not counted.
+``warmup`` batches fill the cache and are not counted. Will pinning pay at other carve-outs, or
+with other row formats: ``l2sweep``.
 
 It is a model, not a measurement. It leaves out (``LEAVES_OUT``): set associativity and the
 hash of addresses to L2 slices (a fully associative LRU is modelled, over the whole L2 as one
@@ -23,7 +24,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,11 +35,10 @@ from recperf.core.errors import ConfigError
 from recperf.embed import stackdist
 from recperf.embed.gpus import GpuSpec
 from recperf.embed.kernels.base import KernelTraits
-from recperf.embed.kernels.formats import INTEGER_FORMATS, ROW_FORMATS, RowFormat, check_format
+from recperf.embed.kernels.formats import INTEGER_FORMATS, RowFormat, check_format
 from recperf.embed.kernels.formats import row_bytes as format_row_bytes
 from recperf.embed.l2layout import (
     ALLOC_ALIGN,
-    ONE_BUFFER,
     Accesses,
     LineStream,
     accesses,
@@ -46,7 +46,6 @@ from recperf.embed.l2layout import (
     default_variants,
     hot_rows,
     read_row_bytes,
-    row_addresses,
     row_stream,
     variant_traits,
 )
@@ -208,7 +207,7 @@ def curve_sizes(spec: GpuSpec) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class _Replay:
+class Replay:
     """One layout's replay: per look-up (measured batches only) its line accesses and hits at
     the spec's L2, and the hits at each size of the curve."""
 
@@ -231,14 +230,14 @@ def _first_touches(unit: I64, size: int) -> I64:
     return found
 
 
-def _replays(
+def replay_carve_outs(
     spec: GpuSpec,
     acc: Accesses,
     s: LineStream,
     carves: Sequence[int],
     opts: PredictConfig,
     progress: Callable[[float], None] | None = None,
-) -> list[_Replay]:
+) -> list[Replay]:
     """The stream's replay with each carve-out pinned (its first ``carve`` bytes; 0: none).
     What does not depend on the carve-out is counted once: per table the counted accesses and
     bytes, and, bucketed by the carve-outs that pin them, the accesses to pinnable lines and
@@ -317,7 +316,7 @@ def _replays(
         curve = np.searchsorted(warm, opts.sample * lru_units, side="left") * per_batch * overall
         pin_hits = pin_all - pin_cold
         out.append(
-            _Replay(
+            Replay(
                 lines=(lru + pin_all) * k,
                 hits=(hits * scale + pin_hits) * k,
                 l2_row_bytes=counted_bytes,
@@ -329,14 +328,14 @@ def _replays(
     return out
 
 
-def _io_bytes(cfg: EmbedConfig, lookups: Sequence[int]) -> F64:
+def io_bytes(cfg: EmbedConfig, lookups: Sequence[int]) -> F64:
     """Per table and batch, the bytes besides rows: int64 ids and offsets, float32 output."""
     b = cfg.batch_size
     return np.asarray([n * 8 + b * 8 + b * cfg.dim * 4 for n in lookups], dtype=np.float64)
 
 
 @dataclass(frozen=True, slots=True)
-class _Variant:
+class VariantInput:
     """What ``_variant`` needs of a variant besides its replay."""
 
     name: str
@@ -346,8 +345,8 @@ class _Variant:
     hot: int
 
 
-def _variant(
-    v: _Variant, spec: GpuSpec, cfg: EmbedConfig, rep: _Replay, io: F64
+def variant_prediction(
+    v: VariantInput, spec: GpuSpec, cfg: EmbedConfig, rep: Replay, io: F64
 ) -> VariantPrediction:
     dram_bw, l2_bw = spec.dram_gb_per_s * 1e9, spec.l2_gb_per_s * 1e9
     l2_t, dram_t = rep.l2_row_bytes + io, rep.dram_row_bytes + io
@@ -397,12 +396,12 @@ def hot_count(spec: GpuSpec, cfg: EmbedConfig, row_bytes: int, opts: PredictConf
 
 
 @functools.lru_cache(maxsize=1)
-def _accesses(cfg: EmbedConfig, trace: Trace, batches: int) -> Accesses:
+def cached_accesses(cfg: EmbedConfig, trace: Trace, batches: int) -> Accesses:
     # kept for the next call on the same trace object (a carve-out sweep replays it again)
     return accesses(cfg, trace, batches)
 
 
-def _check_shape(cfg: EmbedConfig, trace: Trace, fmt: str) -> None:
+def check_shape(cfg: EmbedConfig, trace: Trace, fmt: str) -> None:
     check_dim(fmt, cfg.dim)
     if trace.tables != cfg.num_tables:
         why = f"{trace.tables} tables, the configuration {cfg.num_tables}"
@@ -423,16 +422,16 @@ def predict(
     t0 = time.perf_counter()
     opts = options or PredictConfig()
     names = check_variants(variants, opts.dtype)
-    _check_shape(cfg, trace, opts.dtype)
+    check_shape(cfg, trace, opts.dtype)
     row_bytes = format_row_bytes(opts.dtype, cfg.dim)
     traits = {n: variant_traits(n) for n in names}
-    acc = _accesses(cfg, trace, opts.batches)
+    acc = cached_accesses(cfg, trace, opts.batches)
     hot_n = hot_count(spec, cfg, row_bytes, opts)
     needs_hot = any(t.layout in ("tables-hot", "hot-first") for t in traits.values())
     hot = hot_rows(cfg, trace, hot_n) if needs_hot else []
     hot_bytes = sum(int(h.size) for h in hot) * row_bytes
-    io = _io_bytes(cfg, acc.lookups)
-    replays: dict[tuple[str, int, int], _Replay] = {}
+    io = io_bytes(cfg, acc.lookups)
+    replays: dict[tuple[str, int, int], Replay] = {}
     out = []
     for i, name in enumerate(names):
         tr = traits[name]
@@ -451,9 +450,9 @@ def predict(
                     progress((i + f) / len(names))
 
             stream = row_stream(tr.layout, fmt, cfg.dim, acc, cfg.table_rows, hot, spec)
-            replays[key] = _replays(spec, acc, stream, [carve], opts, sub)[0]
-        v = _Variant(name=name, traits=tr, row_bytes=rb, carve=carve, hot=hot_n)
-        out.append(_variant(v, spec, cfg, replays[key], io))
+            replays[key] = replay_carve_outs(spec, acc, stream, [carve], opts, sub)[0]
+        v = VariantInput(name=name, traits=tr, row_bytes=rb, carve=carve, hot=hot_n)
+        out.append(variant_prediction(v, spec, cfg, replays[key], io))
         if progress is not None:
             progress((i + 1) / len(names))
     return Prediction(
@@ -466,139 +465,3 @@ def predict(
         variants=tuple(out),
         seconds=time.perf_counter() - t0,
     )
-
-
-SWEEP = (0.0625, 0.125, 0.25, 0.5, 1.0)
-"""Carve-outs of ``sweep_carve_out``, as shares of the persisting-L2 maximum."""
-
-
-def pinning_variant(fmt: str = "fp32") -> str:
-    """The first default variant for ``fmt`` whose traits pin L2 (the one a carve-out sweep
-    models unless told), or one ConfigError when no registered kernel does."""
-    for name in default_variants(fmt):
-        if variant_traits(name).pins_l2:
-            return name
-    raise ConfigError(
-        f"variant: no registered kernel pins L2 and reads {fmt} rows (the pinning kernels are "
-        f"Triton ones, registered only where triton is installed)"
-    )
-
-
-def _pinning(variant: str | None, fmt: str) -> tuple[str, KernelTraits]:
-    name = variant if variant is not None else pinning_variant(fmt)
-    tr = variant_traits(name)
-    if not tr.pins_l2:
-        raise ConfigError(f"variant {name!r}: does not pin L2 (its traits), so has no carve-out")
-    check_reads(name, tr, fmt)
-    return name, tr
-
-
-def sweep_carve_out(
-    spec: GpuSpec,
-    cfg: EmbedConfig,
-    trace: Trace,
-    shares: Sequence[float] = SWEEP,
-    options: PredictConfig | None = None,
-    progress: Callable[[float], None] | None = None,
-    variant: str | None = None,
-) -> tuple[VariantPrediction, ...]:
-    """Will pinning pay? The pinning ``variant`` (default ``pinning_variant``) with its hot
-    region (and so its carve-out) sized to each share of the persisting-L2 maximum, the hot
-    rows split evenly over the tables."""
-    opts = options or PredictConfig()
-    name, tr = _pinning(variant, opts.dtype)
-    check_dim(opts.dtype, cfg.dim)
-    row_bytes = read_row_bytes(tr, opts.dtype, cfg.dim)
-    out: list[VariantPrediction] = []
-    for i, share in enumerate(shares):
-        check_range("carve-out share", share, 0.0, 1.0, lo_open=True)
-        per_table = int(share * spec.persisting_l2_max_bytes) // row_bytes // cfg.num_tables
-        sized = replace(opts, hot_rows_per_table=max(1, per_table))
-        out += predict(spec, cfg, trace, [name], sized).variants
-        if progress is not None:
-            progress((i + 1) / len(shares))
-    return tuple(out)
-
-
-FORMAT_SHARES = (0.0, 0.125, 0.25, 0.5, 1.0)
-"""Carve-outs of ``sweep_formats``, as shares of the persisting-L2 maximum (0: no pinning)."""
-
-
-@dataclass(kw_only=True, slots=True, frozen=True)
-class FormatSweep:
-    """One row format's pinning variant at each carve-out (``sweep_formats``)."""
-
-    row_format: str
-    row_bytes: int
-    """Bytes the variant reads per row (``formats.row_bytes``, scale and bias included)."""
-    points: tuple[VariantPrediction, ...]
-    """One per carve-out, in the order of the shares swept."""
-
-    def to_json(self) -> dict[str, Any]:
-        keys = ("carve_out_bytes", "hit_rate", "pinned_share", "dram_bytes_per_batch",
-                "time_lower_bound_ms")  # fmt: skip
-        first = self.points[0] if self.points else None
-        head = {
-            "row_format": self.row_format,
-            "row_bytes": self.row_bytes,
-            "variant": "" if first is None else first.variant,
-            "hot_rows_per_table": 0 if first is None else first.hot_rows_per_table,
-        }
-        return head | {k: [getattr(p, k) for p in self.points] for k in keys}
-
-
-def sweep_formats(
-    spec: GpuSpec,
-    cfg: EmbedConfig,
-    trace: Trace,
-    formats: Sequence[str] = ROW_FORMATS,
-    shares: Sequence[float] = FORMAT_SHARES,
-    options: PredictConfig | None = None,
-    variant: str | None = None,
-) -> tuple[FormatSweep, ...]:
-    """Hit rate against the persisting carve-out, per row format: the pinning ``variant``
-    (default ``pinning_variant``) with as many hot rows laid out first as the smallest of
-    ``formats`` fits in the persisting-L2 maximum (or ``options.hot_rows_per_table``), and the
-    first ``share`` of that maximum pinned (0: nothing pinned, the LRU has the whole L2). One
-    layout serves every format and carve-out, so a sweep costs one line stream per format; for
-    whole-line rows it equals ``sweep_carve_out`` (rows only renamed), for others the hot rows
-    past the carve-out stay packed together where ``sweep_carve_out`` puts them in id order."""
-    opts = options or PredictConfig()
-    fmts = [check_format(f, "formats") for f in dict.fromkeys(formats)]
-    if not fmts:
-        raise ConfigError(f"formats: none given; allowed: {', '.join(ROW_FORMATS)}")
-    for share in shares:
-        check_range("carve-out share", share, 0.0, 1.0)
-    name, tr = _pinning(variant, fmts[0])
-    sizes = {f: read_row_bytes(tr, f, cfg.dim) for f in fmts}
-    for f in fmts:
-        check_reads(name, tr, f)
-        _check_shape(cfg, trace, f)
-    acc = _accesses(cfg, trace, opts.batches)
-    hot_n = hot_count(spec, cfg, min(sizes.values()), opts)
-    hot = hot_rows(cfg, trace, hot_n)
-    hot_count_all = sum(int(h.size) for h in hot)
-    one_buffer = tr.layout in ONE_BUFFER  # the positions serve every format
-    positions = row_addresses(tr.layout, acc, cfg.table_rows, 1, hot) if one_buffer else None
-    io = _io_bytes(cfg, acc.lookups)
-    out = []
-    for f in fmts:
-        rb = sizes[f]
-        fmt = "fp32" if tr.reads_fp32 else f
-        stream = row_stream(tr.layout, fmt, cfg.dim, acc, cfg.table_rows, hot, spec, positions)
-        pins = [
-            min(int(share * spec.persisting_l2_max_bytes), hot_count_all * rb) for share in shares
-        ]
-        carves = [spec.carve_out(pin) for pin in pins]
-        points = [
-            _variant(
-                _Variant(name=name, traits=tr, row_bytes=rb, carve=carve, hot=hot_n),
-                spec,
-                cfg,
-                rep,
-                io,
-            )
-            for carve, rep in zip(carves, _replays(spec, acc, stream, carves, opts), strict=True)
-        ]
-        out.append(FormatSweep(row_format=f, row_bytes=rb, points=tuple(points)))
-    return tuple(out)

@@ -14,7 +14,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from recperf.core.errors import RecperfError
-from recperf.embed import gpus, l2model
+from recperf.embed import gpus, l2model, l2sweep
 from recperf.embed.bench import bench_trace
 from recperf.embed.kernels.formats import ROW_FORMATS
 from recperf.embed.l2layout import default_variants, variant_traits
@@ -73,11 +73,11 @@ def run_formats(
     run: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The pinning variant's hit rate against the carve-out for each of ``formats`` it reads
-    (``l2model.sweep_formats``) on ``gpu`` for the report's configuration and trace (a GPU
+    (``l2sweep.sweep_formats``) on ``gpu`` for the report's configuration and trace (a GPU
     ``run``'s: its configuration, first trace and batch size); ``{"error": why}`` when no
     registered kernel pins."""
     try:
-        variant = l2model.pinning_variant(formats[0])
+        variant = l2sweep.pinning_variant(formats[0])
     except RecperfError as exc:
         return {"error": str(exc)}
     reads = variant_traits(variant).formats
@@ -90,7 +90,7 @@ def run_formats(
     spec = gpus.load(gpu)
     options = l2model.PredictConfig(sample=sample)
     fmts = [f for f in formats if f in reads]
-    swept = l2model.sweep_formats(spec, cfg, bench_trace(cfg, trace), fmts, shares, options,
+    swept = l2sweep.sweep_formats(spec, cfg, bench_trace(cfg, trace), fmts, shares, options,
                                   variant)  # fmt: skip
     return {
         "gpu": spec.to_json(),
