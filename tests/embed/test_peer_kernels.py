@@ -97,6 +97,7 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (  # noqa: E
 from recperf.embed.kernels import check_kernel  # noqa: E402
 from recperf.embed.kernels.base import kernel_traits, magnitude, mismatch  # noqa: E402
 from recperf.embed.kernels.formats import quantize  # noqa: E402
+from recperf.embed.kernels.peers import row_alignment  # noqa: E402
 
 
 def test_peers_are_registered_with_their_traits() -> None:
@@ -159,6 +160,11 @@ def test_fbgemm_tbe_reads_fbgemm_tables_where_they_lie(fmt: str, align: int) -> 
     # a row changed in FBGEMM's buffer is what the kernel reads next: no copy was made
     op.split_embedding_weights()[0][0][lookup.indices[0]].fill_(0)
     assert not torch.equal(kernel(lookup), got) or bool((got == 0).all())
+
+
+def test_fbgemm_is_told_the_row_stride_as_the_smallest_alignment_that_gives_it() -> None:
+    assert [row_alignment(132, s) for s in (132, 144, 160, 200)] == [1, 16, 32, 200]
+    assert row_alignment(68, 80) == 16 and row_alignment(512, 512) == 1
 
 
 def test_fbgemm_tbe_copies_tables_that_do_not_share_a_buffer() -> None:
