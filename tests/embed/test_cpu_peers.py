@@ -1,7 +1,8 @@
 """The CPU peers benchmark (``benchmarks/embed_cpu.py --peers``) compares equal work: on tiny
-shapes every peer variant pools what the reference pools (empty bags, one-row tables, the hot
-remap included), a peer that differs is caught, and the report's table renders from the
-bundled JSON."""
+shapes, in every row format, every peer and recperf's ``auto`` (kernel and drop-in) pool what
+the reference pools (empty bags and one-row tables included), a peer that differs is caught,
+int8/int4 tables are TorchRec's own rows, and the report's table renders from the bundled
+JSON."""
 
 from __future__ import annotations
 
@@ -16,25 +17,26 @@ from typing import Any
 import pytest
 import torch
 
-from recperf.embed import traces
 from recperf.embed.kernels import Tables
 from recperf.embed.kernels.base import magnitude, make_lookup, mismatch
+from recperf.embed.kernels.formats import FLOAT_DTYPES, quantize
 from recperf.report import embed_peers
 
 pytest.importorskip("fbgemm_gpu")
 pytest.importorskip("torchrec")
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "embed_cpu.py"
-VARIANTS = {
-    "torch",
-    "torch-hot",
-    "nn.EmbeddingBag x T",
-    "nn.EmbeddingBag concat",
-    "fbgemm TBE inference",
-    "fbgemm TBE training op",
-    "torchrec EBC",
-    "fbgemm TBE inference + hot remap",
-}
+RECPERF = {"torch", "recperf auto kernel", "EmbeddingBags(auto)"}
+PEERS = {
+    "fp32": {"nn.EmbeddingBag x T", "nn.EmbeddingBag concat", "fbgemm TBE inference",
+             "fbgemm TBE training op", "torchrec EBC"},
+    "fp16": {"nn.EmbeddingBag x T", "nn.EmbeddingBag concat", "fbgemm TBE inference",
+             "torchrec EBC"},
+    "bf16": {"nn.EmbeddingBag x T", "nn.EmbeddingBag concat"},
+    "fp8": {"fbgemm TBE inference"},
+    "int8": {"fbgemm TBE inference", "torchrec quantized EBC"},
+    "int4": {"fbgemm TBE inference", "torchrec quantized EBC"},
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -47,55 +49,63 @@ def bench() -> ModuleType:
     return module
 
 
-def _case(
-    seed: int, dtype: torch.dtype = torch.float32
-) -> tuple[Tables, list[Any], tuple[torch.Tensor, ...]]:
+def _stage(bench: ModuleType, fmt: str, seed: int) -> Any:
     g = torch.Generator().manual_seed(seed)
     rows = (50, 7, 1, 33)
-    tables = Tables(weights=tuple(torch.randn(r, 8, generator=g).to(dtype) for r in rows))
+    fp32 = Tables(weights=tuple(torch.randn(r, 8, generator=g) for r in rows))
     lookups = [
-        make_lookup(tables, batch_size=3, pooling_factor=2, seed=seed * 10 + i, skew=1.0)
+        make_lookup(fp32, batch_size=3, pooling_factor=2, seed=seed * 10 + i, skew=1.0)
         for i in range(2)
     ]
-    hot = tuple(torch.randperm(r, generator=g)[: max(1, r // 4)] for r in rows)
-    return tables, lookups, hot
+    if fmt in ("int8", "int4"):
+        qebc = bench.torchrec_quantized(fp32, fmt)
+        return bench.Stage(fmt, bench.quantized_tables(qebc, fmt), fp32, lookups, qebc)
+    if fmt == "fp8":
+        tables = Tables(weights=tuple(quantize(w, "fp8")[0] for w in fp32.weights), fmt="fp8")
+        return bench.Stage(fmt, tables, fp32, lookups)
+    weights = tuple(w.to(FLOAT_DTYPES[fmt]) for w in fp32.weights)
+    return bench.Stage(fmt, Tables(weights=weights), fp32, lookups)
 
 
-@pytest.mark.parametrize(("seed", "dtype"), [(0, torch.float32), (1, torch.float32),
-                                             (2, torch.float16)])  # fmt: skip
-def test_every_peer_pools_what_the_reference_pools(
-    bench: ModuleType, seed: int, dtype: torch.dtype
-) -> None:
-    tables, lookups, hot = _case(seed, dtype)
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "fp8", "int8", "int4"])
+def test_every_peer_pools_what_the_reference_pools(bench: ModuleType, fmt: str) -> None:
+    st = _stage(bench, fmt, seed=len(fmt))
+    lookups = st.lookups
     assert any(int(n) == 0 for n in lookups[0].offsets.diff())  # empty bags are covered
-    peers = bench.build_peers(tables, lookups, hot)
     with torch.no_grad():
-        errors = bench.check_peers(peers, tables, lookups[0])
-        assert set(errors) == VARIANTS
-        assert max(errors.values()) < (1e-5 if dtype == torch.float32 else 2e-2)
+        built = bench.build_peers(st, "test")
+        errors = bench.check_peers(built.peers, st.tables, lookups[0])
+        copied = {"fbgemm-tbe, rows copied"} if fmt in ("int8", "int4") else set()
+        assert set(errors) == RECPERF | PEERS[fmt] | copied
+        assert built.auto.source == "measured" and built.auto.kernel in built.auto.note
+        assert [g["source"] for g in built.dropin.describe()] == ["measured"]
         # The second batch too: each peer's prepared inputs belong to their own batch.
-        bound = magnitude(tables, lookups[1])
-        ref = peers[0].fn(lookups[1])
-        for p in peers:
+        bound = magnitude(st.tables, lookups[1])
+        ref = built.peers[0].fn(lookups[1])
+        for p in built.peers:
             got = p.as_btd(p.fn(p.inputs[1]))
-            assert mismatch(got, ref, bound, tables.row_format) == "", p.name
+            assert mismatch(got, ref, bound, st.tables.row_format) == "", p.name
+
+
+def test_int_tables_are_torchrecs_own_rows(bench: ModuleType) -> None:
+    st = _stage(bench, "int8", seed=4)
+    (tbe,) = st.qebc._emb_modules
+    buffer = tbe.weights_host
+    inside = (
+        buffer.data_ptr() <= st.tables.weights[0].data_ptr() < buffer.data_ptr() + (buffer.numel())
+    )
+    assert inside and st.tables.row_bytes == 8 + 4
+    err = bench.format_error(st)
+    assert 0 < err["pooled_rel_err_median"] <= err["pooled_rel_err_max"] < 0.05
 
 
 def test_a_peer_that_differs_is_caught(bench: ModuleType) -> None:
-    tables, lookups, hot = _case(3)
-    peers = bench.build_peers(tables, lookups, hot)
-    wrong = bench.Peer("off by one", lambda x: peers[0].fn(x) + 1e-3, lookups, lambda y: y)
-    with torch.no_grad(), pytest.raises(AssertionError, match="off by one differs"):
-        bench.check_peers([*peers, wrong], tables, lookups[0])
-
-
-def test_hot_rows_are_each_tables_most_used(bench: ModuleType) -> None:
-    trace = traces.resolve("zipf:1.2", rows=40, tables=2, lookups=2_000, seed=3)
-    tables = Tables(weights=(torch.zeros(40, 4), torch.zeros(9, 4)))
-    hot = bench.hot_rows_of(tables, trace, 0.25)
-    assert [h.numel() for h in hot] == [10, 2]
-    counts = torch.bincount(trace.ids[0], minlength=40)
-    assert counts[hot[0]].min() >= counts[~torch.isin(torch.arange(40), hot[0])].max()
+    st = _stage(bench, "fp32", seed=3)
+    with torch.no_grad():
+        peers = bench.build_peers(st, "test").peers
+        wrong = bench.Peer("off by one", lambda x: peers[0].fn(x) + 1e-3, st.lookups, lambda y: y)
+        with pytest.raises(AssertionError, match="off by one differs"):
+            bench.check_peers([*peers, wrong], st.tables, st.lookups[0])
 
 
 def test_report_table_renders_the_bundled_run() -> None:
@@ -103,12 +113,13 @@ def test_report_table_renders_the_bundled_run() -> None:
     assert data is not None, "src/recperf/data/embedding/cpu_peers.json is not bundled"
     json.dumps(data, allow_nan=False)
     settings = data["settings"]
-    assert {str(v["variant"]) for s in settings for v in s["variants"]} == VARIANTS
+    for s in settings:
+        copied = {"fbgemm-tbe, rows copied"} if s["dtype"] in ("int8", "int4") else set()
+        assert {str(v["variant"]) for v in s["variants"]} == RECPERF | PEERS[s["dtype"]] | copied
     page = embed_peers.peers_html(data)
     head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
-    assert re.findall(r"<th[^>]*>([^<]+)</th>", head)[6:] == [
-        v["variant"] for v in settings[0]["variants"]
-    ]
+    columns = list(dict.fromkeys(str(v["variant"]) for s in settings for v in s["variants"]))
+    assert re.findall(r"<th[^>]*>([^<]+)</th>", head)[6:] == columns
     body = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
     shown = re.findall(r"<tr>(.*?)</tr>", body)
     assert len(shown) == len(settings)
