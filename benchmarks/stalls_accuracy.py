@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recperf.stalls.model.comm import CommSample, exposed_stall_s, fit
+from recperf.stalls.model.comm import CommSample, exposed_stall_s
+from recperf.stalls.model.fit import fit
 from recperf.stalls.run import netem, runner
 from recperf.stalls.run.differential import run_stats
 from recperf.stalls.run.profile import ProfileConfig, profile

@@ -20,7 +20,8 @@ from recperf.report.builder import SECTIONS
 from recperf.report.ingest_section import ingest_section
 from recperf.report.section import FIGURE_CLASS, Section
 from recperf.stalls.cost.advisor import AdvisorConfig, advise
-from recperf.stalls.model.comm import PARAMS, CommSample, fit
+from recperf.stalls.model.comm import PARAMS, CommSample
+from recperf.stalls.model.fit import fit
 from recperf.stalls.result import STALLS
 from recperf.stalls.run import netem
 

@@ -32,7 +32,8 @@ from recperf.stalls.cost.catalog import (
     load_gpu_models,
     load_instances,
 )
-from recperf.stalls.model.comm import CommModel, CommSample, fit
+from recperf.stalls.model.comm import CommModel, CommSample
+from recperf.stalls.model.fit import fit
 
 GPUS = load_gpu_models()
 INSTANCES = {i.instance: i for i in load_instances()}

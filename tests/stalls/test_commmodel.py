@@ -17,9 +17,8 @@ from recperf.stalls.model.comm import (
     CommSample,
     describe,
     exposed_stall_s,
-    fit,
-    nnls,
 )
+from recperf.stalls.model.fit import fit, nnls
 
 TRUE = CommModel(alpha_s=40e-6, bucket_s=150e-6, beta_intra_s_per_byte=1 / 5e9,
                  net_efficiency=1.15, beta_net_s_per_byte=2e-10)  # fmt: skip

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from recperf.cli.main import app
 from recperf.core.errors import ConfigError
-from recperf.stalls.model.comm import CommSample, fit
+from recperf.stalls.model.comm import CommSample
+from recperf.stalls.model.fit import fit
 from recperf.stalls.run import netem, runner
 from recperf.stalls.run.profile import ProfileConfig, busy_warning, profile
 from recperf.stalls.run.spec import RunSpec

@@ -251,7 +251,7 @@ def kineto_means(docs: list[dict[str, Any]], sources: list[str]) -> dict[str, fl
     per_rank = []
     for rank, (doc, source) in enumerate(zip(docs, sources, strict=True)):
         figs = breakdown.iteration_figures(kineto.normalise(doc, source, rank))
-        per_rank.append({k: statistics.fmean(float(f[k]) for f in figs) for k in keys})
+        per_rank.append({k: statistics.fmean(float(getattr(f, k)) for f in figs) for k in keys})
     means = {k: statistics.fmean(r[k] for r in per_rank) for k in keys}
     means["buckets"] = means.pop("allreduces")
     return means

@@ -147,10 +147,10 @@ def analyze_cmd(
         return
     if not traces:
         raise ConfigError("--traces: required (trace files or directories), or --run DIR")
-    from recperf.stalls.trace.kineto import analyze_paths, find_traces
+    from recperf.stalls.trace.facade import StallAnalysis
 
-    paths = find_traces(traces)
-    summary = analyze_paths(paths, ranks_per_node=ranks_per_node, skip_steps=skip_steps)
+    analysis = StallAnalysis(traces, ranks_per_node=ranks_per_node, skip_steps=skip_steps)
+    summary = analysis.summary().to_json()
     summary["batch_size"] = batch_size
     summary["param_bytes"] = param_bytes
     settings.emit(summary)
@@ -231,7 +231,8 @@ def fit_cmd(
     Refused, naming the terms and what is missing, when the samples cannot tell two measured
     terms apart (e.g. every multi-node sample at one bandwidth); terms no sample exercises are
     left out and named."""
-    from recperf.stalls.model.comm import describe, fit, samples_from
+    from recperf.stalls.model.comm import describe, samples_from
+    from recperf.stalls.model.fit import fit
 
     held = {}
     for pair in hold:

@@ -34,11 +34,12 @@ from recperf.report.section import (
 )
 from recperf.report.stalls_figures import pareto_figure
 from recperf.stalls.cost.advisor import Advice, AdvisorConfig, advise
-from recperf.stalls.model.comm import LEVEL, PARAMS, PRIOR, CommModel, CommSample, fit
+from recperf.stalls.model.comm import LEVEL, PARAMS, PRIOR, CommModel, CommSample
+from recperf.stalls.model.fit import fit
 from recperf.stalls.result import STALLS
 from recperf.stalls.run import netem
 from recperf.stalls.run.profile import ProfileConfig, profile
-from recperf.stalls.trace.kineto import analyze_paths, find_traces
+from recperf.stalls.trace.facade import StallAnalysis
 
 KEY = "stalls"
 TITLE = "Distributed-training stalls"
@@ -128,14 +129,14 @@ def traced_figures(out: Path, summary: Mapping[str, Any]) -> tuple[dict[str, Any
     if not paths:
         return None, ""
     try:
-        traced = analyze_paths(paths)
-        direct = analyze_paths(find_traces([run_dir]))
+        analysis, direct = StallAnalysis(paths), StallAnalysis(run_dir)
     except RecperfError as exc:
         return None, f"The torch.profiler traces of run '{name}' could not be analysed: {exc}"
+    traced = analysis.summary().to_json()
     k = int(traced["iters"])  # the traced window is the first k timed iterations
-    ranks = list(direct["iterations"].values())
+    ranks = [its[:k] for its in direct.iterations]
     direct_mean = {
-        key: sum(sum(f[key] for f in its[:k]) / len(its[:k]) for its in ranks) / len(ranks)
+        key: sum(sum(getattr(b, key) for b in its) / len(its) for its in ranks) / len(ranks)
         for key in TRACED
     }
     scale = max(direct_mean["iteration_s"], 1e-12)  # tiny figures: relative error is noise

@@ -1,6 +1,7 @@
-"""An alpha-beta model of data-parallel gradient all-reduce (ring algorithm), fitted with
-non-negative parameters to least absolute relative error over measured all-reduce times, and its
-prediction (with an interval) of a model's communication time and exposed (not overlapped) stall.
+"""An alpha-beta model of data-parallel gradient all-reduce (ring algorithm), fitted (``fit``)
+with non-negative parameters to least absolute relative error over measured all-reduce times, and
+its prediction (with an interval) of a model's communication time and exposed (not overlapped)
+stall.
 
 Per iteration, ``buckets`` ring all-reduces of ``grad_bytes`` in total over ``ranks`` ranks take
 
@@ -21,7 +22,6 @@ spread (t quantile) and the fitted parameters' covariance, so extrapolation wide
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -34,8 +34,6 @@ from recperf.core.config import check_range, from_mapping, load_json_object
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_text
 
-L1_FLOOR = 0.01
-"""Relative residual below which a sample's reweighting stops growing (keeps IRLS stable)."""
 PARAMS = ("alpha_s", "bucket_s", "beta_intra_s_per_byte", "net_efficiency", "beta_net_s_per_byte")
 
 
@@ -68,6 +66,15 @@ class CommSample:
             check_range("bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, 0.0, None,
                          lo_open=True)  # fmt: skip
 
+    def to_json(self) -> dict[str, Any]:
+        """The sample as a summary's ``comm_samples`` holds it."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], source: str = "comm sample") -> CommSample:
+        """Read ``to_json``'s object back; a bad field is one ConfigError naming ``source``."""
+        return from_mapping(cls, data, source)
+
 
 def samples_from(rows: Any, source: str) -> list[CommSample]:
     """The ``comm_samples`` list of a profile summary as CommSamples; a value that is not a list
@@ -81,7 +88,7 @@ def samples_from(rows: Any, source: str) -> list[CommSample]:
         where = f"{source}: comm_samples[{i}]"
         if not isinstance(row, Mapping):
             raise ConfigError(f"{where}: expected an object, got {row!r}")
-        out.append(from_mapping(CommSample, row, where))
+        out.append(CommSample.from_json(row, where))
     return out
 
 
@@ -293,130 +300,6 @@ def exposed_stall_s(comm_s: float, backward_s: float, buckets: int) -> float:
     check_range("comm_s", comm_s, 0.0, None)
     check_range("backward_s", backward_s, 0.0, None)
     return min(comm_s, max(comm_s / buckets, comm_s - backward_s))
-
-
-def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Non-negative least squares by trying every support set (exact; fine for 5 columns)."""
-    best, best_err = np.zeros(a.shape[1]), float(b @ b)
-    for k in range(1, a.shape[1] + 1):
-        for cols in itertools.combinations(range(a.shape[1]), k):
-            sub = a[:, cols]
-            coef, *_ = np.linalg.lstsq(sub, b, rcond=None)
-            if (coef < 0).any():
-                continue
-            err = float(np.sum((sub @ coef - b) ** 2))
-            if err < best_err - 1e-18:
-                best = np.zeros(a.shape[1])
-                best[list(cols)] = coef
-                best_err = err
-    return best
-
-
-COND_LIMIT = 1e4
-"""Largest condition number of the fit's design (relative residuals, unit columns) over the
-terms it estimates: beyond it the samples cannot tell those terms apart."""
-
-
-def _missing(group: Sequence[str], samples: Sequence[CommSample]) -> str:
-    """What the samples would need to vary for ``group``'s terms to be told apart."""
-    if set(group) & set(NETWORK_TERMS):
-        rates = sorted({s.bandwidth_bytes_per_s or 0.0 for s in samples if s.nodes > 1})
-        if len(rates) < 2:
-            return (f"every multi-node sample was measured at one bandwidth "
-                    f"({rates[0] * 8 / 1e6:g} Mbit/s); profiles at two or more bandwidths are "
-                    "needed")  # fmt: skip
-    if set(group) & set(LATENCY_TERMS):
-        sizes = sorted({s.ranks for s in samples})
-        if len(sizes) < 2:
-            return (f"every sample has {sizes[0]} ranks; samples at two or more world sizes "
-                    "are needed")  # fmt: skip
-    return "the samples do not vary enough to separate them"
-
-
-def unidentified(x: np.ndarray, y: np.ndarray, terms: Sequence[int]) -> list[list[int]]:
-    """Groups of columns ``terms`` of the relative design ``x / y`` that the samples cannot tell
-    apart. The design's near-null space (singular values below 1/COND_LIMIT of the largest, the
-    columns scaled to unit length) is what the samples cannot see; two terms belong together
-    when its projector couples them (which does not depend on the basis the SVD picks)."""
-    a = x[:, list(terms)] / y[:, None]
-    a = a / np.linalg.norm(a, axis=0)
-    _, sv, vt = np.linalg.svd(a, full_matrices=True)
-    sv = np.concatenate([sv, np.zeros(len(terms) - len(sv))])
-    null = vt[sv < sv[0] / COND_LIMIT]
-    proj = null.T @ null
-    groups: list[set[int]] = []
-    for i in range(len(terms)):
-        if proj[i, i] < 0.01:
-            continue
-        group = {i} | {j for j in range(len(terms)) if abs(proj[i, j]) > 0.01}
-        for other in [g for g in groups if g & group]:
-            groups.remove(other)
-            group |= other
-        groups.append(group)
-    return [sorted(terms[j] for j in g) for g in groups]
-
-
-def _check_identifiable(
-    samples: Sequence[CommSample], x: np.ndarray, y: np.ndarray, free: Sequence[int]
-) -> None:
-    groups = unidentified(x, y, free)
-    if not groups:
-        return
-    why = []
-    for g in groups:
-        names = [PARAMS[j] for j in g]
-        hold = names[0]
-        why.append(f"{' and '.join(names)} cannot be told apart: {_missing(names, samples)} "
-                   f"(or hold one, e.g. --hold {hold}={PRIOR[hold]:g})")  # fmt: skip
-    raise ConfigError("fit: " + "; ".join(why))
-
-
-def fit(
-    samples: Sequence[CommSample], hold: Mapping[str, float] | None = None, iterations: int = 30
-) -> CommModel:
-    """Fit the terms the samples measure to least absolute relative error, by iteratively
-    reweighted least squares: a few noisy small messages (millisecond jitter on a shared host)
-    then cannot drag the per-byte terms that large gradients depend on. ``hold`` fixes terms at
-    given values. Refused (one ConfigError line) when measured terms cannot be told apart or
-    the samples are too few to leave a residual spread."""
-    hold = dict(hold or {})
-    for term, value in hold.items():
-        if term not in PARAMS:
-            raise ConfigError(f"hold: {term!r} is not one of {', '.join(PARAMS)}")
-        check_range(f"hold {term}", value, 0.0, None)
-    x = np.array([features(s.grad_bytes, s.buckets, s.ranks, s.nodes, s.bandwidth_bytes_per_s)
-                  for s in samples]).reshape(len(samples), len(PARAMS))  # fmt: skip
-    y = np.array([s.seconds for s in samples])
-    if not samples:
-        raise ConfigError("fit: no all-reduce samples in the profiles (profile 2 ranks or more)")
-    measured = [j for j in range(len(PARAMS)) if np.any(x[:, j] > 0)]
-    free = [j for j in measured if PARAMS[j] not in hold]
-    if len(samples) < len(free) + 1 or not free:
-        need = f"need at least {len(free) + 1} (one more than the {len(free)} terms they measure"
-        raise ConfigError(f"fit: {len(samples)} samples; {need}, for the residual spread)")
-    _check_identifiable(samples, x, y, free)
-    fixed = np.array([hold.get(p, 0.0) for p in PARAMS])
-    a = x[:, free] / y[:, None]
-    target = 1.0 - (x @ fixed) / y
-    scale = a.max(axis=0)
-    weight = np.ones(len(y))
-    for _ in range(iterations):
-        coef = nnls(a / scale * weight[:, None], target * weight) / scale
-        rel = a @ coef - target
-        weight = 1.0 / np.sqrt(np.maximum(np.abs(rel), L1_FLOOR))
-    values = fixed.copy()
-    values[free] = coef
-    rel_scale = 1.4826 * float(np.median(np.abs(rel)))
-    cov = np.zeros((len(PARAMS), len(PARAMS)))
-    cov[np.ix_(free, free)] = rel_scale**2 * np.linalg.pinv(a.T @ a)
-    return CommModel(
-        **dict(zip(PARAMS, (float(v) for v in values), strict=True)), samples=len(samples),
-        rel_rmse=float(np.sqrt(np.mean(rel**2))), rel_median=float(np.median(np.abs(rel))),
-        held=tuple(p for p in PARAMS if p in hold),
-        unmeasured=tuple(p for j, p in enumerate(PARAMS) if j not in measured and p not in hold),
-        rel_scale=rel_scale, dof=len(samples) - len(free),
-        param_cov=tuple(float(c) for c in cov.ravel()),
-    )  # fmt: skip
 
 
 def describe(model: CommModel) -> str:

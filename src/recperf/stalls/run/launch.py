@@ -9,7 +9,6 @@ variable itself, and writes there with torch.profiler's ``tensorboard_trace_hand
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 import time
@@ -22,7 +21,7 @@ from typing import Any
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
-from recperf.stalls.result import FIGURES
+from recperf.stalls.result import FIGURES, StallSummary
 from recperf.stalls.run import netem, runner
 
 TRACE_DIR_ENV = "RECPERF_TRACE_DIR"
@@ -129,6 +128,19 @@ def rank_env(
     return env
 
 
+def _rendezvous(
+    config: LaunchConfig, name: str, net: netem.EmulatedNetwork | None
+) -> runner.Rendezvous:
+    """Where the ranks meet: the first emulated machine's address, else loopback."""
+    if net is not None:
+        addr, port, ifname = net.nodes[0].address, 29500, "eth0"
+    else:
+        addr, port, ifname = "127.0.0.1", runner.free_port(), "lo"
+    return runner.Rendezvous(ranks=config.ranks, nodes=len(net.nodes) if net is not None else 1,
+                             addr=addr, port=port, ifname=ifname,
+                             threads=config.threads_per_rank, run_id=f"recperf-{name}")  # fmt: skip
+
+
 def run_once(
     config: LaunchConfig, run_dir: Path, net: netem.EmulatedNetwork | None
 ) -> dict[str, Any]:
@@ -142,19 +154,7 @@ def run_once(
     for old in run_dir.glob("rank*.error.json"):
         old.unlink()
     cmd = resolve_command(config.command)
-    if net is not None:
-        addr, port, ifname = net.nodes[0].address, 29500, "eth0"
-    else:
-        addr, port, ifname = "127.0.0.1", runner.free_port(), "lo"
-    rdzv = runner.Rendezvous(
-        ranks=config.ranks,
-        nodes=nodes,
-        addr=addr,
-        port=port,
-        ifname=ifname,
-        threads=config.threads_per_rank,
-        run_id=f"recperf-{run_dir.name}",
-    )
+    rdzv = _rendezvous(config, run_dir.name, net)
     per_node = config.ranks // nodes
     machines = [net.nodes[r // per_node] if net is not None else None for r in range(config.ranks)]
     commands = [m.command(cmd) if m is not None else cmd for m in machines]
@@ -225,6 +225,35 @@ def exposed_comm_s(analysis: Mapping[str, Any]) -> float:
     return float(analysis["interconnect_stall_s"]) + float(analysis["network_stall_s"])
 
 
+def _network(
+    local: Mapping[str, Any], top: Mapping[str, Any]
+) -> tuple[dict[str, float], dict[str, str], dict[str, float], dict[str, dict[str, float]]]:
+    """(figures, methods, direct figures, cross-check) of the network stall from the local and
+    the M-node run: by difference of iteration times, and directly from exposed communication."""
+    diff = max(0.0, top["iteration_s"] - local["iteration_s"])
+    dirc = max(0.0, exposed_comm_s(top) - exposed_comm_s(local))
+    figures = {
+        "compute_s": float(local["compute_s"]),
+        "interconnect_stall_s": exposed_comm_s(local),
+        "network_stall_s": diff,
+    }
+    method = {
+        "compute_s": "direct: run 'local' (all ranks on one node), iteration less data "
+        "wait and exposed communication",
+        "interconnect_stall_s": "direct: exposed communication in run 'local'",
+        "network_stall_s": f"differential: run 'network' ({top['run']['nodes']} nodes) - "
+        "run 'local' (1 node), iteration time",
+    }
+    direct = {
+        "network_stall_s": dirc,
+        "local_exposed_comm_s": exposed_comm_s(local),
+        "network_exposed_comm_s": exposed_comm_s(top),
+    }
+    cross = {"differential_s": diff, "direct_s": dirc,
+             "rel_diff": abs(diff - dirc) / max(diff, dirc, 1e-12)}  # fmt: skip
+    return figures, method, direct, {"network_stall_s": cross}
+
+
 def combine(
     config: LaunchConfig, results: Mapping[str, Mapping[str, Any]], skipped: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -232,66 +261,39 @@ def combine(
     by difference of the two runs and directly, cross-checked, in ``profile``'s shape."""
     local = results["local"]
     top = results.get("network", local)
+    analysis = StallSummary.from_json({k: v for k, v in top.items() if k != "run"}, "launch")
     figures = {k: float(top[k]) for k in ("iteration_s", *FIGURES)}
-    method = {k: str(v) for k, v in top.get("method", {}).items()}
-    direct = dict(top.get("direct", {}))
+    method = {k: str(v) for k, v in analysis.method.items()}
+    direct = dict(analysis.direct)
     cross: dict[str, dict[str, float]] = {}
     if "network" in results:
-        diff = max(0.0, top["iteration_s"] - local["iteration_s"])
-        dirc = max(0.0, exposed_comm_s(top) - exposed_comm_s(local))
-        figures |= {
-            "compute_s": float(local["compute_s"]),
-            "interconnect_stall_s": exposed_comm_s(local),
-            "network_stall_s": diff,
-        }
-        method |= {
-            "compute_s": "direct: run 'local' (all ranks on one node), iteration less data "
-            "wait and exposed communication",
-            "interconnect_stall_s": "direct: exposed communication in run 'local'",
-            "network_stall_s": f"differential: run 'network' ({top['run']['nodes']} nodes) - "
-            "run 'local' (1 node), iteration time",
-        }
-        direct |= {
-            "network_stall_s": dirc,
-            "local_exposed_comm_s": exposed_comm_s(local),
-            "network_exposed_comm_s": exposed_comm_s(top),
-        }
-        cross["network_stall_s"] = {
-            "differential_s": diff,
-            "direct_s": dirc,
-            "rel_diff": abs(diff - dirc) / max(diff, dirc, 1e-12),
-        }
-    it = figures["iteration_s"]
-    stalls = sum(figures[k] for k in FIGURES[1:])
-    summary = {k: v for k, v in top.items() if k != "run"}  # the trace analysis' other keys
-    summary.update(
-        {
-            "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-            "source": "launch",
-            "command": list(config.command),
-            "cwd": top["run"]["cwd"],
-            "ranks": config.ranks,
-            "nodes": top["run"]["nodes"],
-            "bandwidth": config.bandwidth if "network" in results else None,
-            "bandwidth_bits_per_s": netem.parse_bandwidth(config.bandwidth)
-            if "network" in results
-            else None,
-            "threads_per_rank": config.threads_per_rank,
-            **figures,
-            **{
-                k.removesuffix("_s") + "_frac": (v / it if it > 0 else math.nan)
-                for k, v in figures.items()
-                if k != "iteration_s"
-            },
-            "unexplained_s": it - figures["compute_s"] - stalls,
-            "method": method,
-            "direct": direct,
-            "cross_check": cross,
-            "skipped": dict(skipped),
-            "runs": [
-                dict(r["run"]) | {k: r.get(k) for k in ("iteration_s", *FIGURES)}
-                for r in results.values()
-            ],
-        }
+        more, how, measured, cross = _network(local, top)
+        figures, method, direct = figures | more, method | how, direct | measured
+    networked = "network" in results
+    details = {
+        **analysis.details,
+        "command": list(config.command),
+        "cwd": top["run"]["cwd"],
+        "ranks": config.ranks,
+        "nodes": top["run"]["nodes"],
+        "bandwidth": config.bandwidth if networked else None,
+        "bandwidth_bits_per_s": netem.parse_bandwidth(config.bandwidth) if networked else None,
+        "threads_per_rank": config.threads_per_rank,
+        "runs": [
+            dict(r["run"]) | {k: r.get(k) for k in ("iteration_s", *FIGURES)}
+            for r in results.values()
+        ],
+    }
+    result = StallSummary(
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        source="launch",
+        **figures,
+        contention_s=analysis.contention_s,
+        unexplained_s=figures["iteration_s"] - sum(figures[k] for k in FIGURES),
+        method=method,
+        direct=direct,
+        cross_check=cross,
+        skipped=dict(skipped),
+        details=details,
     )
-    return summary
+    return result.to_json()

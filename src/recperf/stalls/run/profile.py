@@ -5,10 +5,9 @@ and logs under ``runs/``)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +19,7 @@ from recperf.core.errors import ConfigError
 from recperf.core.results import write_json
 from recperf.stalls.base import WORKLOADS, DataSpec, Workload, grad_bytes
 from recperf.stalls.model.comm import CommSample
-from recperf.stalls.result import STALLS
+from recperf.stalls.result import FIGURES, StallSummary
 from recperf.stalls.run import differential, netem, runner
 from recperf.stalls.run.spec import RunSpec, data_batches
 
@@ -146,6 +145,22 @@ def plan(
     return runs
 
 
+def _real_data(
+    config: ProfileConfig, workload: Workload, data_dir: Path, skipped: dict[str, str]
+) -> list[Path]:
+    """The real-data files the warm and cold runs read (none: those runs are noted skipped)."""
+    if not config.real_data:
+        return []
+    batches = data_batches(config.warmup, config.iters)
+    data_spec = DataSpec(
+        batch_size=config.batch_size, world=config.ranks, batches=batches, seed=config.seed
+    )
+    files = workload.prepare_data(data_dir, data_spec)
+    if not files:
+        skipped["warm"] = skipped["cold"] = f"workload {config.workload} has no real data"
+    return files
+
+
 def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Run every differential run, analyse, write ``out/summary.json``; return the summary."""
     if config.device == "cuda" and torch.cuda.device_count() < config.ranks:
@@ -159,17 +174,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
     sizes = tuple(sorted({1 << 16, 1 << 18, 1 << 20, 1 << 22, gbytes, 2 * gbytes}))
     data_dir = config.data_dir or out / "data"
     skipped: dict[str, str] = {}
-    files: list[Path] = []
-    if config.real_data:
-        data_spec = DataSpec(
-            batch_size=config.batch_size,
-            world=config.ranks,
-            batches=data_batches(config.warmup, config.iters),
-            seed=config.seed,
-        )
-        files = workload.prepare_data(data_dir, data_spec)
-        if not files:
-            skipped["warm"] = skipped["cold"] = f"workload {config.workload} has no real data"
+    files = _real_data(config, workload, data_dir, skipped)
     nodes = config.nodes
     why = netem.available() if nodes > 1 else None
     if why:
@@ -201,18 +206,17 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
         samples += bandwidth_samples(network, config.fit_bandwidths, out)
     if progress is not None:
         progress(1.0, "analysing")
-    summary = _summary(
+    result = _summary(
         config, stats, samples, skipped, [p.numel() * p.element_size() for p in model.parameters()]
     )
     cores = os.cpu_count() or 1
-    summary.update(host_cores=cores, host_load_1min=loads)
-    summary["warnings"] = [w for w in (busy_warning(loads, cores),) if w]
+    host = {"host_cores": cores, "host_load_1min": loads,
+            "warnings": [w for w in (busy_warning(loads, cores),) if w]}  # fmt: skip
     if torch_figs:
-        summary["torch_trace"] = torch_figs
-        summary["method"]["torch_trace"] = (
-            "direct, from torch.profiler traces: recperf:data_wait/step ranges and the "
-            "collectives' own ranges (gloo worker thread; NCCL kernels on GPUs)"
-        )
+        host["torch_trace"] = torch_figs
+    method = {**result.method, "torch_trace": TORCH_TRACE_METHOD} if torch_figs else result.method
+    result = replace(result, details={**result.details, **host}, method=method)
+    summary = result.to_json()
     write_json(out / "summary.json", summary)
     return summary
 
@@ -253,68 +257,72 @@ def bandwidth_samples(network: RunSpec, bandwidths: tuple[str, ...], out: Path) 
     return samples
 
 
-def _summary(
-    config: ProfileConfig,
-    stats: dict[str, differential.RunStats],
-    samples: list[Any],
-    skipped: dict[str, str],
-    param_sizes: list[int],
-) -> dict[str, Any]:
-    diff = differential.differential(stats)
-    dirc = differential.direct(stats)
-    base = stats.get("control", stats["compute"])
+TORCH_TRACE_METHOD = (
+    "direct, from torch.profiler traces: recperf:data_wait/step ranges and the collectives' own "
+    "ranges (gloo worker thread; NCCL kernels on GPUs)"
+)
+
+
+def _layers(stats: dict[str, differential.RunStats], param_sizes: list[int]) -> tuple[int, str]:
+    """DDP's buckets per iteration: counted by the hook in the communicating run, else estimated."""
     comm_run = stats.get("network", stats.get("intra"))
     if comm_run is not None and comm_run.buckets > 0:
-        layers, layers_method = (
-            round(comm_run.buckets),
-            f"measured: DDP hook calls in run '{comm_run.name}'",
-        )
-    else:
-        layers, layers_method = (
-            ddp_buckets(param_sizes),
-            "estimated: DDP bucketing (1 MiB, then 25 MiB)",
-        )
-    it = diff["iteration_s"]
-    figures = {k: diff[k] for k in ("iteration_s", "compute_s", *STALLS)}
-    summary: dict[str, Any] = {
-        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        return round(comm_run.buckets), f"measured: DDP hook calls in run '{comm_run.name}'"
+    return ddp_buckets(param_sizes), "estimated: DDP bucketing (1 MiB, then 25 MiB)"
+
+
+def _config_keys(config: ProfileConfig) -> dict[str, Any]:
+    """What the profile was asked for, as summary.json names it."""
+    nodes = config.nodes > 1
+    return {
         "workload": config.workload,
         "workload_options": config.workload_options,
         "ranks": config.ranks,
         "nodes": config.nodes,
-        "bandwidth": config.bandwidth if config.nodes > 1 else None,
-        "bandwidth_bits_per_s": netem.parse_bandwidth(config.bandwidth)
-        if config.nodes > 1
-        else None,
+        "bandwidth": config.bandwidth if nodes else None,
+        "bandwidth_bits_per_s": netem.parse_bandwidth(config.bandwidth) if nodes else None,
         "iters": config.iters,
         "batch_size": config.batch_size,
         "threads_per_rank": config.threads_per_rank,
         "device": config.device,
-        "device_name": base.device_name,
         "delay_ms": config.delay_ms,
-        **figures,
-        **{
-            k.removesuffix("_s") + "_frac": (v / it if it > 0 else math.nan)
-            for k, v in figures.items()
-            if k != "iteration_s"
-        },
-        "contention_s": diff["contention_s"],
-        "unexplained_s": diff["unexplained_s"],
+    }
+
+
+def _summary(
+    config: ProfileConfig,
+    stats: dict[str, differential.RunStats],
+    samples: list[CommSample],
+    skipped: dict[str, str],
+    param_sizes: list[int],
+) -> StallSummary:
+    diff = differential.differential(stats)
+    dirc = differential.direct(stats)
+    base = stats.get("control", stats["compute"])
+    layers, layers_method = _layers(stats, param_sizes)
+    details = _config_keys(config) | {
+        "device_name": base.device_name,
         "backward_s": base.backward_s,
         "grad_bytes": base.grad_bytes,
         "param_bytes": base.param_bytes,
         "num_layers": layers,
         "num_param_tensors": base.num_param_tensors,
         "flops_per_iter": base.flops_per_iter,
-        "method": {
+        "runs": [differential.stats_json(s) for s in stats.values()],
+        "comm_samples": [s.to_json() for s in samples],
+    }
+    return StallSummary(
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        **{k: diff[k] for k in ("iteration_s", *FIGURES)},
+        contention_s=diff["contention_s"],
+        unexplained_s=diff["unexplained_s"],
+        method={
             **diff["method"],
             "num_layers": layers_method,
             "grad_bytes": "measured: trainable parameter bytes (what DDP all-reduces)",
         },
-        "direct": dirc,
-        "cross_check": differential.cross_check(diff, dirc),
-        "skipped": skipped,
-        "runs": [differential.stats_json(s) for s in stats.values()],
-        "comm_samples": [asdict(s) for s in samples],
-    }
-    return summary
+        direct=dirc,
+        cross_check=differential.cross_check(diff, dirc),
+        skipped=skipped,
+        details=details,
+    )

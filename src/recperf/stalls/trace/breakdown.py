@@ -29,14 +29,20 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from recperf.stalls.result import FIGURES
-
-Interval = tuple[float, float]
+from recperf.stalls.result import StallBreakdown, StallSummary
+from recperf.stalls.trace.intervals import (
+    Interval,
+    clip,
+    complement,
+    length,
+    merge,
+    overlap,
+)
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -102,115 +108,58 @@ class RankTrace:
     process groups): two ranks of one run name the same."""
 
 
-def merge(intervals: Iterable[Interval]) -> list[Interval]:
-    """Sorted, disjoint union of ``intervals``."""
-    out: list[Interval] = []
-    for a, b in sorted(intervals):
-        if b <= a:
-            continue
-        if out and a <= out[-1][1]:
-            if b > out[-1][1]:
-                out[-1] = (out[-1][0], b)
-        else:
-            out.append((a, b))
-    return out
-
-
-def length(merged: Sequence[Interval]) -> float:
-    return sum((b - a for a, b in merged), 0.0)
-
-
-def overlap(a: Sequence[Interval], b: Sequence[Interval]) -> float:
-    """Length of the intersection of two merged interval lists."""
-    i = j = 0
-    total = 0.0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        if hi > lo:
-            total += hi - lo
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-def subtract(a: Sequence[Interval], b: Sequence[Interval]) -> list[Interval]:
-    """The merged list ``a`` less the merged list ``b``."""
-    out, j = [], 0
-    for lo, hi in a:
-        while j < len(b) and b[j][1] <= lo:
-            j += 1
-        k, t = j, lo
-        while k < len(b) and b[k][0] < hi:
-            if b[k][0] > t:
-                out.append((t, b[k][0]))
-            t = max(t, b[k][1])
-            k += 1
-        if t < hi:
-            out.append((t, hi))
-    return out
-
-
-def clip(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
-    """The part of a merged list inside [lo, hi] (found by bisection: ends are sorted too)."""
-    i = bisect.bisect_right(merged, (lo, math.inf))
-    i = i - 1 if i and merged[i - 1][1] > lo else i
-    out = []
-    while i < len(merged) and merged[i][0] < hi:
-        a, b = merged[i]
-        if b > lo:
-            out.append((max(a, lo), min(b, hi)))
-        i += 1
-    return out
-
-
 def _step_comm(trace: RankTrace, step: Step, nxt: float) -> list[Comm]:
     return [c for c in trace.comm if step.start <= c.launch < nxt]
 
 
-def iteration_figures(trace: RankTrace, skip_steps: int = 0) -> list[dict[str, Any]]:
+def iteration_figures(trace: RankTrace, skip_steps: int = 0) -> list[StallBreakdown]:
     """Figures of each iteration (after the first ``skip_steps``), as the module docstring
     defines them."""
-    out = []
     steps = trace.steps
-    for k, step in enumerate(steps):
-        if k < skip_steps:
-            continue
-        nxt = steps[k + 1].start if k + 1 < len(steps) else step.end
-        comms = _step_comm(trace, step, max(nxt, step.end))
-        busy = merge((c.start, c.end) for c in comms)
-        data = clip(trace.data, step.start, step.end)
-        if trace.device == "cuda":
-            exposed = length(busy) - overlap(busy, trace.compute)
-            overlapped = length(busy) - exposed
-        else:
-            exposed, overlapped = _cpu_exposed(trace, step, comms, busy, data)
-        it = step.end - step.start
-        fig: dict[str, Any] = {
-            "step": step.index,
-            "iteration_s": it,
-            "data_wait_s": length(data),
-            "compute_s": max(0.0, it - length(data) - exposed),
-            "exposed_comm_s": exposed,
-            "overlapped_comm_s": overlapped,
-            "comm_busy_s": length(busy),
-            "collectives": len(comms),
-            "allreduces": sum(c.kind == "allreduce" for c in comms),
-            "comm_bytes": _bytes(comms),
-            "allreduce_bytes": _bytes([c for c in comms if c.kind == "allreduce"]),
-            "flops": step.flops,
-        }
-        if trace.device == "cuda":
-            end = max(nxt, step.end)
-            mine = merge((a, b) for at, a, b in trace.kernels if step.start <= at < end)
-            fig["gpu_compute_s"] = length(mine)
-        bwd = step.phases.get("backward")
-        if bwd is not None:
-            wait = _cpu_wait_in(trace, comms, bwd)
-            fig["backward_s"] = max(0.0, bwd[1] - bwd[0] - wait)
-        out.append(fig)
-    return out
+    return [
+        _iteration(trace, step, steps[k + 1].start if k + 1 < len(steps) else step.end)
+        for k, step in enumerate(steps)
+        if k >= skip_steps
+    ]
+
+
+def _iteration(trace: RankTrace, step: Step, nxt: float) -> StallBreakdown:
+    """One iteration's figures; ``nxt``: when the next one starts (its collectives launched
+    before then count in this one)."""
+    comms = _step_comm(trace, step, max(nxt, step.end))
+    busy = merge((c.start, c.end) for c in comms)
+    data = clip(trace.data, step.start, step.end)
+    if trace.device == "cuda":
+        exposed = length(busy) - overlap(busy, trace.compute)
+        overlapped = length(busy) - exposed
+    else:
+        exposed, overlapped = _cpu_exposed(trace, step, comms, busy, data)
+    it = step.end - step.start
+    gpu_compute = None
+    if trace.device == "cuda":
+        end = max(nxt, step.end)
+        gpu_compute = length(merge((a, b) for at, a, b in trace.kernels if step.start <= at < end))
+    bwd = step.phases.get("backward")
+    backward = None
+    if bwd is not None:
+        backward = max(0.0, bwd[1] - bwd[0] - _cpu_wait_in(trace, comms, bwd))
+    return StallBreakdown(
+        rank=trace.rank,
+        step=step.index,
+        iteration_s=it,
+        data_wait_s=length(data),
+        compute_s=max(0.0, it - length(data) - exposed),
+        exposed_comm_s=exposed,
+        overlapped_comm_s=overlapped,
+        comm_busy_s=length(busy),
+        collectives=len(comms),
+        allreduces=sum(c.kind == "allreduce" for c in comms),
+        comm_bytes=_bytes(comms),
+        allreduce_bytes=_bytes([c for c in comms if c.kind == "allreduce"]),
+        flops=step.flops,
+        gpu_compute_s=gpu_compute,
+        backward_s=backward,
+    )
 
 
 def _bytes(comms: Sequence[Comm]) -> int | None:
@@ -235,7 +184,7 @@ def _waits(
     working = merge([*clip(trace.compute, lo, hi), *data])
     ends = sorted(c.end for c in comms)
     out = []
-    for g0, g1 in _complement(working, lo, hi):
+    for g0, g1 in complement(working, lo, hi):
         if g1 > last:
             out += clip(spans, max(g0, last), g1)
         k = bisect.bisect_right(ends, min(g1, last)) - 1
@@ -256,7 +205,7 @@ def _cpu_exposed(
     waits = _waits(trace, comms, step.start, step.end, data)
     working = merge([*clip(trace.compute, step.start, step.end), *data])
     if not trace.ops_recorded:
-        working = _complement(merge([*waits, *data]), step.start, step.end)
+        working = complement(merge([*waits, *data]), step.start, step.end)
     return length(waits), overlap(merge(busy), working)
 
 
@@ -267,34 +216,23 @@ def _cpu_wait_in(trace: RankTrace, comms: Sequence[Comm], span: Interval) -> flo
     return length(_waits(trace, comms, span[0], span[1], clip(trace.data, *span)))
 
 
-def _complement(merged: Sequence[Interval], lo: float, hi: float) -> list[Interval]:
-    out, t = [], lo
-    for a, b in merged:
-        if a > t:
-            out.append((t, a))
-        t = max(t, b)
-    if hi > t:
-        out.append((t, hi))
-    return out
-
-
 MEAN_KEYS = ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "overlapped_comm_s",
              "comm_busy_s", "collectives", "allreduces", "comm_bytes", "allreduce_bytes",
              "flops", "backward_s", "gpu_compute_s")  # fmt: skip
 
 
-def _mean(figs: Sequence[dict[str, Any]], key: str) -> float | None:
-    values = [f.get(key) for f in figs]
+def _mean(figs: Sequence[StallBreakdown], key: str) -> float | None:
+    values = [getattr(f, key) for f in figs]
     if not values or any(v is None for v in values):
         return None
     return statistics.fmean(float(v) for v in values if v is not None)
 
 
-def rank_means(trace: RankTrace, figs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def rank_means(trace: RankTrace, figs: Sequence[StallBreakdown]) -> dict[str, Any]:
     """One rank's means over its iterations, plus its median iteration time."""
     row: dict[str, Any] = {"rank": trace.rank, "source": trace.source, "host": trace.host}
     row["iterations"] = len(figs)
-    row["iteration_median_s"] = statistics.median(f["iteration_s"] for f in figs)
+    row["iteration_median_s"] = statistics.median(f.iteration_s for f in figs)
     for key in MEAN_KEYS:
         row[key] = _mean(figs, key)
     return row
@@ -333,12 +271,12 @@ DIRECT = ("iteration_s", "compute_s", "data_wait_s", "exposed_comm_s", "overlapp
 
 def summarise(
     traces: Sequence[RankTrace],
-    figs: Sequence[Sequence[dict[str, Any]]],
+    figs: Sequence[Sequence[StallBreakdown]],
     *,
     ranks_per_node: int | None,
     skip_steps: int,
-) -> dict[str, Any]:
-    """The summary.json of ``analyze``: ``profile``'s top-level figures where traces measure
+) -> StallSummary:
+    """The summary of ``analyze``: ``profile``'s top-level figures where traces measure
     them, the per-rank means, every iteration's figures and the slowest rank."""
     rows = [rank_means(t, f) for t, f in zip(traces, figs, strict=True)]
     first = traces[0]
@@ -350,22 +288,9 @@ def summarise(
         return None if None in values else statistics.fmean(values)
 
     exposed = mean("exposed_comm_s") or 0.0
-    it = mean("iteration_s") or 0.0
     spans = nodes > 1
-    figures = {
-        "iteration_s": it,
-        "compute_s": mean("compute_s") or 0.0,
-        "data_fetch_stall_s": mean("data_wait_s") or 0.0,
-        "data_prep_stall_s": 0.0,
-        "interconnect_stall_s": 0.0 if spans else exposed,
-        "network_stall_s": exposed if spans else 0.0,
-    }
-    grad = mean("allreduce_bytes")
-    layers = mean("allreduces")
-    flops = mean("flops")
-    summary: dict[str, Any] = {
-        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-        "source": "traces",
+    grad, layers, flops = mean("allreduce_bytes"), mean("allreduces"), mean("flops")
+    details = {
         "traces": [t.source for t in traces],
         "workload": first.meta.get("workload"),
         "ranks": len(traces),
@@ -377,30 +302,33 @@ def summarise(
         "device_name": first.device_name,
         "iters": min(len(f) for f in figs),
         "skip_steps": skip_steps,
-        **figures,
-        **{
-            k.removesuffix("_s") + "_frac": (figures[k] / it if it > 0 else math.nan)
-            for k in FIGURES
-        },
-        "data_wait_s": mean("data_wait_s"),
+        **{k: mean(k) for k in ("data_wait_s", "overlapped_comm_s", "comm_busy_s", "comm_bytes")},
         "exposed_comm_s": exposed,
-        "overlapped_comm_s": mean("overlapped_comm_s"),
-        "comm_busy_s": mean("comm_busy_s"),
-        "comm_bytes": mean("comm_bytes"),
         "grad_bytes": round(grad) if grad else None,
         "num_layers": round(layers) if layers else None,
         "flops_per_iter": flops if flops else None,
         "backward_s": mean("backward_s"),
-        "method": _method(first, nodes, nodes_how, spans, grad, flops),
-        "direct": {k: mean(k) for k in DIRECT},
-        "cross_check": {},
-        "skipped": {},
         "per_rank": rows,
-        "iterations": {str(t.rank): list(f) for t, f in zip(traces, figs, strict=True)},
+        "iterations": {
+            str(t.rank): [b.to_json() for b in f] for t, f in zip(traces, figs, strict=True)
+        },
         "slowest_rank": slowest_rank(rows),
     }
-    summary["direct"]["data_stall_s"] = summary["direct"].pop("data_wait_s")
-    return summary
+    direct = {k: mean(k) for k in DIRECT}
+    direct["data_stall_s"] = direct.pop("data_wait_s")
+    return StallSummary(
+        created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
+        source="traces",
+        iteration_s=mean("iteration_s") or 0.0,
+        compute_s=mean("compute_s") or 0.0,
+        data_fetch_stall_s=mean("data_wait_s") or 0.0,
+        data_prep_stall_s=0.0,
+        interconnect_stall_s=0.0 if spans else exposed,
+        network_stall_s=exposed if spans else 0.0,
+        method=_method(first, nodes, nodes_how, spans, grad, flops),
+        direct=direct,
+        details=details,
+    )
 
 
 def _method(

@@ -3,13 +3,13 @@ rank (``.json`` or gzipped), CPU (gloo) or GPU (NCCL), and recperf's own rank tr
 ``breakdown.RankTrace``; ``analyze_paths`` turns them into the stall summary.
 
     summary = analyze_paths(find_traces([Path("traces/")]), ranks_per_node=8, skip_steps=1)
+
+Finding and reading the files is ``files``'s (``find_traces`` is here too, for that example).
 """
 
 from __future__ import annotations
 
 import bisect
-import gzip
-import json
 import math
 import re
 from collections import defaultdict
@@ -19,19 +19,13 @@ from typing import Any, TypeGuard
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
-from recperf.core.files import TRACE_MAX_BYTES, check_input
-from recperf.stalls.trace.breakdown import (
-    Comm,
-    RankTrace,
-    Step,
-    iteration_figures,
-    merge,
-    subtract,
-    summarise,
-)
+from recperf.stalls.trace.breakdown import Comm, RankTrace, Step, iteration_figures, summarise
 from recperf.stalls.trace.check import Span, check_one_run, check_order, check_ranks
+from recperf.stalls.trace.files import find_traces, read_trace
+from recperf.stalls.trace.intervals import merge, subtract
 
-SUFFIXES = (".json", ".json.gz")
+__all__ = ["analyze_paths", "find_traces", "load_rank_traces", "normalise", "read_trace"]
+
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 COMM_KERNEL_RE = re.compile(r"^nccl|ncclKernel|ncclDevKernel|^hccl")
 MEMORY_KERNEL_RE = re.compile(r"^(hip)?(Memcpy|Memset)|^dma")
@@ -40,57 +34,6 @@ DTYPE_BYTES = {"float": 4, "int": 4, "double": 8, "long": 8, "half": 2, "bfloat1
                "short": 2, "char": 1, "byte": 1, "bool": 1, "int8": 1, "uint8": 1,
                "float8": 1, "complexfloat": 8, "complexdouble": 16}  # fmt: skip
 V1_NAMES = ("data_wait", "step", "allreduce")
-NOT_TRACES = ("summary.json", "spec.json", "analysis.json", "advice.json", "prediction.json")
-"""recperf's own result files, skipped when a directory is expanded."""
-
-
-def find_traces(sources: Sequence[Path]) -> list[Path]:
-    """The trace files among ``sources``: files as given; directories expanded to their
-    ``*.json`` / ``*.json.gz`` files (or, when none, those one level down); a recperf run
-    directory (with ``spec.json``) to its ``rank*.json`` traces. One ConfigError when a path
-    is missing or nothing is found."""
-    found: list[Path] = []
-    for src in sources:
-        check_input(src, "--traces", want="any")
-        if src.is_dir():
-            files = _dir_traces(src)
-            if not files:
-                files = [p for d in sorted(src.iterdir()) if d.is_dir() for p in _dir_traces(d)]
-            found += files
-        elif src.is_file():
-            found.append(src)
-        else:
-            raise ConfigError(f"--traces {src}: no such file or directory")
-    if not found:
-        where = ", ".join(map(str, sources)) or "(none given)"
-        raise ConfigError(f"--traces {where}: no trace files (*.json, *.json.gz) found")
-    return list(dict.fromkeys(found))
-
-
-def _dir_traces(d: Path) -> list[Path]:
-    def natural(p: Path) -> list[Any]:
-        return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", p.name)]
-
-    files = [p for p in d.iterdir() if p.is_file() and p.name.endswith(SUFFIXES)]
-    if (d / "spec.json").is_file():  # a recperf run: its own rank traces
-        files = [p for p in files if re.fullmatch(r"rank\d+\.json", p.name)]
-    return sorted((p for p in files if p.name not in NOT_TRACES), key=natural)
-
-
-def read_trace(path: Path) -> dict[str, Any]:
-    """One trace file as a JSON object (gzip recognised by its magic bytes)."""
-    check_input(path, "trace", max_bytes=TRACE_MAX_BYTES)
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            raw = gzip.decompress(raw)
-        data = json.loads(raw)
-    except (OSError, ValueError, EOFError) as exc:  # bad gzip, bad UTF-8, bad JSON
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ConfigError(f"{path}: not a torch.profiler trace: {why}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
-        raise ConfigError(f"{path}: not a torch.profiler trace: no 'traceEvents' list")
-    return data
 
 
 def _events(doc: Mapping[str, Any], source: str) -> list[dict[str, Any]]:
@@ -452,4 +395,4 @@ def analyze_paths(
                 f"{len(t.steps)} iteration(s)"
             )
         figs.append(f)
-    return summarise(traces, figs, ranks_per_node=ranks_per_node, skip_steps=skip_steps)
+    return summarise(traces, figs, ranks_per_node=ranks_per_node, skip_steps=skip_steps).to_json()
