@@ -23,6 +23,7 @@ from typing import Any
 from recperf.report import stalls_section as st
 from recperf.stalls.cost.advisor import AdvisorConfig, advise
 from recperf.stalls.model.comm import CommModel
+from recperf.stalls.study import BUDGET_H, EPOCH_SAMPLES
 
 
 def one_run() -> dict[str, Any]:
@@ -49,7 +50,7 @@ def one_run() -> dict[str, Any]:
     old.pop("direct", None)  # the advisor then carries the differential fetch + prep stall
     fit = data["comm_model_fit"]
     model = None if fit is None else CommModel.from_json(fit)
-    config = AdvisorConfig(budget_h=st.BUDGET_H, epoch_samples=st.EPOCH_SAMPLES["dlrm"])
+    config = AdvisorConfig(budget_h=BUDGET_H, epoch_samples=EPOCH_SAMPLES["dlrm"])
     old_rec = advise(old, config, model=model).recommendation
     return {
         "section_wall_s": wall,

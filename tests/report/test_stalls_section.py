@@ -19,11 +19,13 @@ from recperf.report import stalls_section as st
 from recperf.report.builder import SECTIONS
 from recperf.report.ingest_section import ingest_section
 from recperf.report.section import FIGURE_CLASS, Section
+from recperf.stalls import study as study_module
 from recperf.stalls.cost.advisor import AdvisorConfig, advise
 from recperf.stalls.model.comm import PARAMS, CommSample
 from recperf.stalls.model.fit import fit
 from recperf.stalls.result import STALLS
 from recperf.stalls.run import netem
+from recperf.stalls.study import LATENCY_HOLD
 
 EVIL = "<script>alert(1)</script>"
 EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -40,10 +42,10 @@ def quick() -> Iterator[tuple[Section, list[float], dict[str, Any]]]:
         seen.append(summary)
         return summary
 
-    real_profile = st.profile
+    real_profile = study_module.profile
     fractions: list[float] = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(st, "profile", capture)
+        mp.setattr(study_module, "profile", capture)
         section = st.stalls_section(quick=True, progress=fractions.append)
     (summary,) = seen
     yield section, fractions, summary
@@ -109,7 +111,7 @@ def test_model_and_advice_equal_a_direct_fit(
     quick: tuple[Section, list[float], dict[str, Any]],
 ) -> None:
     section, _, summary = quick
-    model = fit([CommSample(**s) for s in summary["comm_samples"]], hold=st.LATENCY_HOLD)
+    model = fit([CommSample(**s) for s in summary["comm_samples"]], hold=LATENCY_HOLD)
     assert section.data["comm_model"] == {p: getattr(model, p) for p in PARAMS}
     assert section.data["comm_model_fit"] == _jsonable(model.to_json())
     assert model.held == ("alpha_s",)  # every sample has 2 ranks
@@ -144,7 +146,7 @@ def test_figures_show_the_numbers(quick: tuple[Section, list[float], dict[str, A
         1e3 * summary["interconnect_stall_s"], rel=1e-12
     )
     comm = _spec(section.html, "stalls-comm-model")
-    model = fit([CommSample(**s) for s in summary["comm_samples"]], hold=st.LATENCY_HOLD)
+    model = fit([CommSample(**s) for s in summary["comm_samples"]], hold=LATENCY_HOLD)
     (points,) = [t for t in comm["data"] if t["name"] == "1 node(s)"]
     samples = summary["comm_samples"]
     assert points["x"] == pytest.approx([1e3 * s["seconds"] for s in samples], rel=1e-12)

@@ -19,7 +19,6 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.core.results import dumps_json
 from recperf.report.section import (
@@ -33,28 +32,17 @@ from recperf.report.section import (
     table_html,
 )
 from recperf.report.stalls_figures import pareto_figure
-from recperf.stalls.cost.advisor import Advice, AdvisorConfig, advise
-from recperf.stalls.model.comm import LEVEL, PARAMS, PRIOR, CommModel, CommSample
-from recperf.stalls.model.fit import fit
+from recperf.stalls.cost.advisor import Advice
+from recperf.stalls.model.comm import LEVEL, PARAMS, CommModel
 from recperf.stalls.result import STALLS
 from recperf.stalls.run import netem
-from recperf.stalls.run.profile import ProfileConfig, profile
-from recperf.stalls.trace.facade import StallAnalysis
+from recperf.stalls.run.profile import ProfileConfig
+from recperf.stalls.study import Study, conclude, study
 
 KEY = "stalls"
 TITLE = "Distributed-training stalls"
-BUDGET_H = 2.0
-EPOCH_SAMPLES = {"dlrm": 45_840_617, "mlp": 1_000_000}
-"""Samples per epoch for the advisor: the Criteo Kaggle training rows for DLRM."""
-DEFAULT_EPOCH_SAMPLES = 1_000_000
-LATENCY_HOLD = {"alpha_s": PRIOR["alpha_s"]}
-"""Held when every sample has one world size (the profile's ranks): the ring-step latency and
-the per-call cost then cannot be told apart, so the step latency keeps its default and the
-per-call cost is fitted (``fit`` refuses otherwise)."""
 TORCH_TRACE_ITERS = 3
 """Timed iterations of each run also captured with torch.profiler, for ``stalls analyze``."""
-TRACED = ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "overlapped_comm_s")
-"""The figures ``stalls analyze`` reads from a torch.profiler trace, in table order."""
 FIT_BANDWIDTHS = ("2gbit",)
 """The all-reduce microbenchmark's second bandwidth (the profile's is 500mbit): the model's
 per-byte and bandwidth terms cannot be told apart from one (about the cost of the 3 timed
@@ -108,73 +96,18 @@ def default_config(quick: bool) -> ProfileConfig:
 
 
 def stalls_section(*, quick: bool = False, progress: ProgressFn | None = None) -> Section:
-    """Profile the embedded default in a temporary directory and build the section."""
+    """Study the embedded default in a temporary directory and build the section."""
     report = MonotoneProgress(progress)
     with tempfile.TemporaryDirectory(prefix="recperf-stalls-") as tmp:
-        summary = profile(
+        found = study(
             default_config(quick), Path(tmp), progress=lambda f, _m: report(PROFILE_SHARE * f)
         )
-        traced, traced_note = traced_figures(Path(tmp), summary)
-    section = section_from_summary(summary, traced, traced_note)
+    section = section_from_study(found)
     report(1.0)
     return section
 
 
-def traced_figures(out: Path, summary: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
-    """``stalls analyze`` on the torch.profiler traces of the profile's last run, beside the
-    direct instrumentation of the same iterations (its own rank traces); or None and why."""
-    name = str(summary["runs"][-1]["name"])
-    run_dir = out / "runs" / name
-    paths = sorted(run_dir.glob("torch_rank*.json"))
-    if not paths:
-        return None, ""
-    try:
-        analysis, direct = StallAnalysis(paths), StallAnalysis(run_dir)
-    except RecperfError as exc:
-        return None, f"The torch.profiler traces of run '{name}' could not be analysed: {exc}"
-    traced = analysis.summary().to_json()
-    k = int(traced["iters"])  # the traced window is the first k timed iterations
-    ranks = [its[:k] for its in direct.iterations]
-    direct_mean = {
-        key: sum(sum(getattr(b, key) for b in its) / len(its) for its in ranks) / len(ranks)
-        for key in TRACED
-    }
-    scale = max(direct_mean["iteration_s"], 1e-12)  # tiny figures: relative error is noise
-    rows = {
-        key: {"analyze": float(traced[key]), "direct": d,
-              "diff_of_iteration": (float(traced[key]) - d) / scale}
-        for key, d in direct_mean.items()
-    }  # fmt: skip
-    method = traced["method"]["network_stall_s" if traced["nodes"] > 1 else "interconnect_stall_s"]
-    return {"run": name, "iterations": k, "figures": rows, "exposed_method": method}, ""
-
-
 # -- model and advice -------------------------------------------------------------------------
-
-
-def fit_model(samples: Sequence[Mapping[str, Any]]) -> tuple[CommModel | None, str]:
-    """The all-reduce model fitted to the profile's microbenchmark, or None and why not."""
-    try:
-        parsed = [CommSample(**s) for s in samples]
-        hold = LATENCY_HOLD if len({s.ranks for s in parsed}) < 2 else {}
-        return fit(parsed, hold=hold), ""
-    except (RecperfError, TypeError) as exc:
-        return None, (
-            f"The profile measured {len(samples)} all-reduce sample(s) and the communication "
-            f"model could not be fitted ({exc}), so the measured-vs-predicted figure is left "
-            f"out and the advisor uses its default model."
-        )
-
-
-def run_advisor(summary: Mapping[str, Any], model: CommModel | None) -> tuple[Advice | None, str]:
-    """The advisor's advice for the profiled workload, or None and why not."""
-    samples = EPOCH_SAMPLES.get(str(summary.get("workload")), DEFAULT_EPOCH_SAMPLES)
-    try:
-        return advise(
-            summary, AdvisorConfig(budget_h=BUDGET_H, epoch_samples=samples), model=model
-        ), ""
-    except RecperfError as exc:
-        return None, f"The cloud advisor could not run on this profile: {exc}"
 
 
 def _predicted(model: CommModel, s: Mapping[str, Any]) -> float:
@@ -197,8 +130,12 @@ def section_from_summary(
 ) -> Section:
     """The section for a finished profile's summary (as ``profile`` returns it), and
     ``traced_figures``' comparison when the runs captured torch.profiler traces."""
-    model, model_note = fit_model(summary["comm_samples"])
-    advice, advice_note = run_advisor(summary, model)
+    return section_from_study(conclude(summary, traced, traced_note))
+
+
+def section_from_study(found: Study) -> Section:
+    """The section drawing a study's results."""
+    summary, traced, model, advice = found.summary, found.traced, found.model, found.advice
     data = {
         "setup": {k: summary.get(k) for k in SETUP},
         "figures": {k: summary[k] for k in SCALARS},
@@ -219,7 +156,8 @@ def section_from_summary(
         figs.append(_comm_figure(summary["comm_samples"], model))
     if advice is not None:
         figs.append(_pareto_html(advice))
-    notes = [_skipped_text(summary["skipped"]), model_note, advice_note, traced_note]
+    notes = [_skipped_text(summary["skipped"]), found.model_note, found.advice_note,
+             found.traced_note]  # fmt: skip
     body = (
         f"<p>{html.escape(_setup_text(summary))}</p>"
         + "".join(f"<p><strong>Note:</strong> {html.escape(n)}</p>" for n in notes if n)

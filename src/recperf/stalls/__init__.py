@@ -29,6 +29,7 @@ _LAZY = {
     "StallAnalysis": "recperf.stalls.trace.facade",
     "StallBreakdown": "recperf.stalls.result",
     "StallSummary": "recperf.stalls.result",
+    "Study": "recperf.stalls.study",
     "analyze_paths": "recperf.stalls.trace.kineto",
     "find_traces": "recperf.stalls.trace.kineto",
     "CommModel": "recperf.stalls.model.comm",
