@@ -54,7 +54,7 @@ INGEST_FULL_FIGURES = len(sim.BUNDLED) + 3 + PEER_BARS + RAY_FIGURES
 STALLS_FIGURES = 3
 # The embedding section's figures: reuse distance, coverage, the CPU benchmark's ms, GB/s and
 # stages (no GPU results are bundled yet), and the L2 model's hit rate against L2 size.
-EMBED_FIGURES = 6
+EMBED_FIGURES = 7
 QUICK_SECTION_FIGURES = {
     "cluster": len(FIGURE_PARTS),
     "netsens": len(NETSENS_PARTS),
