@@ -274,12 +274,19 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[Batch]:
         self.start()
-        while True:
-            batch = self._take()
-            if batch is None:
-                return
-            if batch.size:
-                yield batch
+        try:
+            while True:
+                batch = self._take()
+                if batch is None:
+                    return
+                if batch.size:
+                    yield batch
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C in the consumer's loop: stop the workers now, while the interpreter is
+            # whole. Left to __del__, the close ran at shutdown (imports gone) or never, and
+            # multiprocessing's exit hook then waited on workers that wait for work.
+            self.close()
+            raise
 
     def _take(self) -> Batch | None:
         d = self.dispatcher
