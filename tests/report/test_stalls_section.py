@@ -211,7 +211,7 @@ def test_names_and_reasons_are_escaped(
     assert "<script" not in json.dumps(bars)
     unexplained = re.search(r'<td class="rp-l">unexplained</td><td[^>]*>[^<]*</td>(.*?)</tr>',
                             section.html)  # fmt: skip
-    assert unexplained is not None and unexplained.group(1) == "<td>—</td><td>—</td>"
+    assert unexplained is not None and unexplained.group(1) == "<td>—</td><td>—</td><td>—</td>"
 
 
 def test_the_noisy_differential_data_stall_does_not_change_the_advice(

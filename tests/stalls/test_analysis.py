@@ -196,3 +196,25 @@ def test_torch_trace_prefers_nccl_kernels_on_gpus() -> None:
 def test_torch_trace_without_annotations_is_explained() -> None:
     with pytest.raises(ConfigError, match="annotate=True"):
         differential.torch_iterations({"traceEvents": [_x("aten::mm", 0, 1, "cpu_op")]})
+
+
+def test_each_differential_figure_carries_its_interval() -> None:
+    """The half-width of a difference of two runs is 1.96 sqrt(se_a^2 + se_b^2); a figure whose
+    runs kept no standard error has none, and the report says when an interval reaches 0."""
+    from dataclasses import replace
+
+    from recperf.report.stalls_section import resolved
+
+    runs = {
+        "compute": replace(_stats("compute", 0.100), iteration_sem_s=0.003),
+        "intra": replace(_stats("intra", 0.130), iteration_sem_s=0.004),
+        "network": replace(_stats("network", 0.131), iteration_sem_s=None),
+    }
+    out = differential.differential(runs)
+    half = out["half_width_s"]
+    assert half["interconnect_stall_s"] == pytest.approx(1.96 * 0.005)
+    assert half["compute_s"] == pytest.approx(1.96 * 0.003)
+    assert "network_stall_s" not in half and "iteration_s" not in half
+    assert resolved(0.030, half["interconnect_stall_s"]) == "± 9.800"
+    assert resolved(0.005, half["interconnect_stall_s"]).endswith("(not told from 0)")
+    assert resolved(0.005, None) == "—"

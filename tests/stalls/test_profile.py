@@ -82,6 +82,10 @@ def test_summary_contract(tiny: tuple[Path, dict[str, Any]]) -> None:
     assert s["network_stall_s"] == 0.0 and s["method"]["network_stall_s"].startswith("not")
     assert s["flops_per_iter"] > 0 and s["direct"]["run"] == "cold"
     assert {"interconnect_stall_s", "data_stall_s"} <= set(s["cross_check"])
+    # each measured figure's 95% half-width, from its runs' per-iteration spread
+    assert set(s["half_width_s"]) == {"iteration_s", *FIGURES} - {"network_stall_s"}
+    assert all(h >= 0.0 for h in s["half_width_s"].values())
+    assert all(r["iteration_sem_s"] >= 0.0 for r in s["runs"])
     assert len(s["comm_samples"]) == 6 and all(c["ranks"] == 2 for c in s["comm_samples"])
     assert set(s["host_load_1min"]) == {r["name"] for r in s["runs"]} and s["host_cores"] >= 1
     busy = any(load > s["host_cores"] for load in s["host_load_1min"].values())

@@ -205,19 +205,40 @@ def _pct(frac: Any) -> str:
     return "—" if math.isnan(value) else f"{100 * value:.1f}%"
 
 
+def resolved(value: float, half: float | None) -> str:
+    """``± h`` ms of a figure's 95% interval, and ``(not told from 0)`` where it reaches 0."""
+    if half is None:
+        return "—"
+    text = f"± {fmt_num(1e3 * half, 3)}"
+    return text + " (not told from 0)" if value - half <= 0 < value + half else text
+
+
 def _breakdown_table(summary: Mapping[str, Any]) -> str:
     iteration = float(summary["iteration_s"])
+    half = summary.get("half_width_s") or {}
     rows = []
-    for key in FIGURES:
+    for key in ("iteration_s", *FIGURES):
         value = float(summary[key])
         frac = value / iteration if iteration > 0 else math.nan
         method = summary["method"].get(key, _EXTRA_METHOD.get(key, ""))
-        rows.append([key.removesuffix("_s"), method, _ms(value), _pct(frac)])
+        h = half.get(key)
+        rows.append([key.removesuffix("_s"), method, _ms(value),
+                     resolved(value, None if h is None else float(h)), _pct(frac)])  # fmt: skip
+    loads = summary.get("host_load_1min") or {}
+    load = [f"{name} {float(v):.1f}" for name, v in loads.items()]
     caption = (
-        "Per-iteration breakdown by the differential method (ms per iteration and share of the "
-        "iteration); 'method' names the runs each figure came from."
+        "Per-iteration breakdown by the differential method (ms per iteration, the half-width "
+        "of its 95% interval from the runs' per-iteration spread, and its share of the "
+        "iteration); 'method' names the runs each figure came from. A stall whose interval "
+        "reaches 0 is not told apart from none."
+        + (
+            f" The machine's 1-min load at each run's end: {', '.join(load)} "
+            f"(on {summary.get('host_cores', '?')} cores)."
+            if load
+            else ""
+        )
     )
-    header = ["figure", "method", "ms per iteration", "of iteration"]
+    header = ["figure", "method", "ms per iteration", "95% (ms)", "of iteration"]
     return table_html(header, rows, caption=caption, left_cols=2)
 
 

@@ -70,7 +70,7 @@ class StallBreakdown:
 
 SUMMARY_FIELDS = ("iteration_s", *FIGURES)
 OWN_KEYS = frozenset({"created_utc", "source", *SUMMARY_FIELDS, "contention_s", "unexplained_s",
-                      "method", "direct", "cross_check", "skipped"})  # fmt: skip
+                      "method", "direct", "cross_check", "skipped", "half_width_s"})  # fmt: skip
 """Keys StallSummary holds itself; the ``*_frac`` keys are derived; the rest is ``details``."""
 
 
@@ -104,6 +104,9 @@ class StallSummary:
     cross_check: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     skipped: Mapping[str, str] = field(default_factory=dict)
     """Runs not made, and why."""
+    half_width_s: Mapping[str, float] = field(default_factory=dict)
+    """Half-width of each figure's 95% interval from its runs' per-iteration spread, by figure
+    name (profile only; empty in documents from before it was kept)."""
     details: Mapping[str, Any] = field(default_factory=dict)
     """The keys each kind of run adds, as they appear in summary.json."""
 
@@ -124,6 +127,8 @@ class StallSummary:
                 out[key] = getattr(self, key)
         out |= {"method": dict(self.method), "direct": dict(self.direct),
                 "cross_check": dict(self.cross_check), "skipped": dict(self.skipped)}  # fmt: skip
+        if self.half_width_s:
+            out["half_width_s"] = dict(self.half_width_s)
         return out
 
     @classmethod
@@ -136,7 +141,7 @@ class StallSummary:
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{source}: {key}: expected a number, got {value!r}")
             values[key] = float(value)
-        for key in ("method", "direct", "cross_check", "skipped"):
+        for key in ("method", "direct", "cross_check", "skipped", "half_width_s"):
             value = data.get(key, {})
             if not isinstance(value, Mapping):
                 raise ConfigError(f"{source}: {key}: expected an object, got {value!r}")

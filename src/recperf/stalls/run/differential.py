@@ -47,6 +47,14 @@ class RunStats:
     flops_per_iter: float
     device_name: str
     instrumented: bool
+    iteration_sem_s: float | None = None
+    """Standard error of the mean iteration time: each rank's over its timed iterations,
+    averaged over ranks (ranks move in step, so averaging them narrows nothing). None: fewer
+    than two timed iterations, or a run recorded before it was kept."""
+
+
+Z95 = 1.96
+"""Normal quantile of a two-sided 95% interval."""
 
 
 def _union(intervals: Sequence[tuple[float, float]]) -> float:
@@ -151,13 +159,16 @@ def _iteration_figures(it: dict[str, Any]) -> dict[str, float]:
 
 def run_stats(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> RunStats:
     """Means over timed iterations per rank, then over ranks (medians of iteration time too)."""
-    per_rank, medians = [], []
+    per_rank, medians, sems = [], [], []
     for tr in traces:
         figs = [_iteration_figures(it) for it in _iterations(tr)]
         if not figs:
             raise ConfigError(f"run {spec.name}: a rank trace has no timed iterations")
         per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
         medians.append(statistics.median(f["iteration_s"] for f in figs))
+        if len(figs) > 1:
+            times = [f["iteration_s"] for f in figs]
+            sems.append(statistics.stdev(times) / math.sqrt(len(times)))
     mean = {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}
     meta = traces[0]["recperf"]
     return RunStats(
@@ -165,6 +176,7 @@ def run_stats(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> RunStats:
         ranks=spec.ranks,
         nodes=spec.nodes,
         iteration_median_s=statistics.fmean(medians),
+        iteration_sem_s=statistics.fmean(sems) if len(sems) == len(traces) else None,
         grad_bytes=int(meta["grad_bytes"]),
         param_bytes=int(meta["param_bytes"]),
         num_param_tensors=int(meta["num_param_tensors"]),
@@ -286,7 +298,8 @@ def _pos(x: float) -> float:
 
 def differential(runs: Mapping[str, RunStats]) -> dict[str, Any]:
     """Stalls as differences of consecutive runs' iteration times (negative noise clipped to 0);
-    each figure names the runs it came from."""
+    each figure names the runs it came from, and ``half_width_s`` holds the half-width of its
+    95% interval from those runs' standard errors (where both are known)."""
     t = {name: r.iteration_s for name, r in runs.items()}
     base = "control" if "control" in t else "compute"
     comm_top = "network" if "network" in t else "intra" if "intra" in t else base
@@ -307,16 +320,26 @@ def differential(runs: Mapping[str, RunStats]) -> dict[str, Any]:
         "data_prep_stall_s": ("warm", comm_top),
         "data_fetch_stall_s": ("cold", "warm"),
     }
+    sem = {name: r.iteration_sem_s for name, r in runs.items()}
+    half: dict[str, float] = {}
+    for key, run in (("iteration_s", last), ("compute_s", base)):
+        known = sem[run]
+        if known is not None:
+            half[key] = Z95 * known
     for key, (hi, lo) in pairs.items():
         if hi in t and lo in t:
             out[key] = _pos(t[hi] - t[lo])
             method[key] = f"differential: run '{hi}' - run '{lo}'"
+            a, b = sem[hi], sem[lo]
+            if a is not None and b is not None:
+                half[key] = Z95 * math.hypot(a, b)
         else:
             out[key] = 0.0
             method[key] = f"not measured (no run '{hi}'): 0"
     out["contention_s"] = _pos(t[base] - t["compute"]) if base == "control" else 0.0
     out["unexplained_s"] = out["iteration_s"] - out["compute_s"] - sum(out[k] for k in STALLS)
     out["method"] = method
+    out["half_width_s"] = half
     return out
 
 
@@ -363,4 +386,9 @@ def _agreement(a: float, b: float) -> dict[str, float]:
 
 
 def stats_json(r: RunStats) -> dict[str, Any]:
-    return asdict(r)
+    """A run's statistics as summary.json lists them (no ``iteration_sem_s`` where none was
+    kept, so older documents read back unchanged)."""
+    out = asdict(r)
+    if out["iteration_sem_s"] is None:
+        del out["iteration_sem_s"]
+    return out

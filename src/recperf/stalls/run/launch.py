@@ -287,7 +287,12 @@ def combine(
     result = StallSummary(
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
         source="launch",
-        **figures,
+        iteration_s=figures["iteration_s"],
+        compute_s=figures["compute_s"],
+        data_fetch_stall_s=figures["data_fetch_stall_s"],
+        data_prep_stall_s=figures["data_prep_stall_s"],
+        interconnect_stall_s=figures["interconnect_stall_s"],
+        network_stall_s=figures["network_stall_s"],
         contention_s=analysis.contention_s,
         unexplained_s=figures["iteration_s"] - sum(figures[k] for k in FIGURES),
         method=method,

@@ -324,5 +324,6 @@ def _summary(
         direct=dirc,
         cross_check=differential.cross_check(diff, dirc),
         skipped=skipped,
+        half_width_s=diff["half_width_s"],
         details=details,
     )
