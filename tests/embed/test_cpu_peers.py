@@ -127,10 +127,11 @@ def test_report_table_renders_the_bundled_run() -> None:
         cells = re.findall(r"<td[^>]*>(?:<strong>)?([^<]+)", row)
         assert cells[:4] == [s["config"], s["trace"], s["dtype"], str(s["threads"])]
         fastest = min(s["variants"], key=lambda v: v["ms_per_batch"])
-        assert f"<strong>{fastest['ms_per_batch']:.2f} (" in row
+        assert f"<strong>{fastest['ms_per_batch']:.2f} [" in row
+        v = s["variants"][0]
         assert cells[6] == (
-            f"{s['variants'][0]['ms_per_batch']:.2f} "
-            f"({s['variants'][0]['speedup_vs_best_peer']:.2f}×)"
+            f"{v['ms_per_batch']:.2f} [{v['ms_q1']:.2f}–{v['ms_q3']:.2f}] "
+            f"({v['speedup_vs_best_peer']:.2f}×)"
         )
     assert page.count("<strong>") == len(settings)
     assert embed_peers.peers_html(None) == ""

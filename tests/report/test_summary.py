@@ -118,3 +118,21 @@ def test_the_embed_table_ranks_only_where_the_quartiles_part() -> None:
     assert spread_verdicts(
         {"variants": [{"variant": "torch-hot", "ms_q1": 1.0, "ms_q3": 2.0}]}
     ) == {"torch-hot": ""}
+
+
+def test_the_embed_row_is_the_drop_in_on_its_worst_setting() -> None:
+    def v(name: str, kind: str, ms: float) -> dict[str, Any]:
+        return {"variant": name, "kind": kind, "ms_per_batch": ms, "ms_q1": 0.9 * ms,
+                "ms_q3": 1.1 * ms}  # fmt: skip
+
+    def setting(dtype: str, dropin_ms: float) -> dict[str, Any]:
+        return {"config": "paper", "dtype": dtype, "trace": "t", "threads": 1, "variants": [
+            v("torch", "recperf", 1.0), v("EmbeddingBags(auto)", "recperf", dropin_ms),
+            v("nn.EmbeddingBag concat", "peer", 2.0)]}  # fmt: skip
+
+    peers = {"date": "2026-12-02", "calls": 9,
+             "settings": [setting("fp32", 1.0), setting("int8", 4.0)]}  # fmt: skip
+    (row,) = headlines([Section("Embed", "embed", "", {"cpu_peers": peers})])
+    assert row.figure.startswith("EmbeddingBags(auto): 4.00 ms") and "int8" in row.figure
+    assert row.ratio == pytest.approx(0.5) and row.verdict == "behind"
+    assert (row.ratio_low, row.ratio_high) == pytest.approx((1.8 / 4.4, 2.2 / 3.6))

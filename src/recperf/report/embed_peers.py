@@ -1,5 +1,6 @@
-"""The embedding section's CPU peers table: recperf's ``torch`` and ``torch-hot`` against
-``nn.EmbeddingBag``, FBGEMM's table-batched operators and TorchRec's ``EmbeddingBagCollection``,
+"""The embedding section's CPU peers table: recperf's variants (the drop-in with
+``kernel="auto"``, the kernel it picks, the reference) against ``nn.EmbeddingBag``, FBGEMM's
+table-batched operators and TorchRec's float and quantized collections, by row format,
 as ``benchmarks/embed_cpu.py --peers`` measured them in one sitting (bundled as
 ``recperf/data/embedding/cpu_peers.json``; too long to rerun inside the report)."""
 
@@ -47,7 +48,13 @@ def peers_html(bench: Mapping[str, Any] | None) -> str:
                 cells.append("—")
                 continue
             ms = float(v["ms_per_batch"])
-            cells.append(f"{fmt_num(ms, 2)} ({fmt_num(float(v['speedup_vs_best_peer']), 2)}×)")
+            spread = (
+                f" [{fmt_num(float(v['ms_q1']), 2)}–{fmt_num(float(v['ms_q3']), 2)}]"
+                if v.get("ms_q1") is not None and v.get("ms_q3") is not None
+                else ""
+            )
+            speedup = fmt_num(float(v["speedup_vs_best_peer"]), 2)
+            cells.append(f"{fmt_num(ms, 2)}{spread} ({speedup}×)")
             if ms == fastest:
                 bold.append((r, len(SETTING) + c))
         rows.append([
@@ -56,11 +63,12 @@ def peers_html(bench: Mapping[str, Any] | None) -> str:
             *cells,
         ])  # fmt: skip
     caption = (
-        "Median ms per batch of each variant and, in brackets, its speedup over the fastest "
-        "peer of that setting (above 1× is faster; the fastest variant in bold). GB/s = MB per "
-        "batch (the bytes the batch must move) / ms; each variant's GB/s, its share of the copy "
-        "bandwidth measured at that thread count and the quartiles of its times are in "
-        "report.json. Every variant's output was checked equal to the reference before timing."
+        "Median ms per batch of each variant, the quartiles of its timed calls in square "
+        "brackets and, in round ones, its speedup over the fastest peer of that setting (above "
+        "1× is faster; the fastest variant in bold). GB/s = MB per batch (the bytes the batch "
+        "must move) / ms; each variant's GB/s and its share of the copy bandwidth measured at "
+        "that thread count are in report.json. Every variant's output was checked equal to the "
+        "reference before timing."
     )
     table = table_html([*SETTING, *names], rows, caption=caption, bold=bold, left_cols=4)
     return (
@@ -86,10 +94,18 @@ def _provenance(bench: Mapping[str, Any]) -> str:
         f"fbgemm-gpu-cpu {m.get('fbgemm_gpu', '?')}, torchrec {m.get('torchrec', '?')}), in one "
         f"sitting, {bench.get('calls', '?')} interleaved calls per variant over "
         f"{bench.get('inputs', '?')} rotating batches; 1-minute load average {load}. Tables "
-        f"capped at {bench.get('rows_cap', 0):,} rows each ({shapes}), sum pooling; "
-        f"the hot variants reorder each table by its trace's most used rows. Bundled with the "
-        "package, not rerun by the report." + _busy_note(bench)
+        f"capped at {bench.get('rows_cap', 0):,} rows each ({shapes}), sum pooling."
+        + _hot_note(settings)
+        + " Bundled with the package, not rerun by the report."
+        + _busy_note(bench)
     )
+
+
+def _hot_note(settings: Any) -> str:
+    """What the hot variants do, where the sitting has any."""
+    if not any("hot" in str(v["variant"]) for s in settings for v in s["variants"]):
+        return ""
+    return " The hot variants reorder each table by its trace's most used rows."
 
 
 def _busy_note(bench: Mapping[str, Any]) -> str:

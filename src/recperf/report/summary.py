@@ -263,8 +263,13 @@ def _netsens(s: Section, cluster: Section | None) -> Headline | None:
     )
 
 
+DROPIN = "EmbeddingBags(auto)"
+"""The embedding benchmark's name for the drop-in as users build it."""
+
+
 def _embed(s: Section) -> Headline | None:
-    """recperf's fastest CPU path against the fastest CPU peer, per bundled setting: the
+    """The drop-in (``EmbeddingBags(kernel="auto")``; recperf's fastest variant in a sitting
+    from before it was measured) against the fastest CPU peer, per bundled setting: the
     headline on the worst setting (the target holds in every one), the spread from the
     quartiles of both."""
     peers = s.data.get("cpu_peers") or {}
@@ -274,7 +279,8 @@ def _embed(s: Section) -> Headline | None:
         theirs = [v for v in st["variants"] if v.get("kind") == "peer"]
         if not ours or not theirs:
             continue
-        mine = min(ours, key=lambda v: float(v["ms_per_batch"]))
+        dropin = [v for v in ours if v["variant"] == DROPIN]  # what users run, where measured
+        mine = dropin[0] if dropin else min(ours, key=lambda v: float(v["ms_per_batch"]))
         best = min(theirs, key=lambda v: float(v["ms_per_batch"]))
         r = float(best["ms_per_batch"]) / float(mine["ms_per_batch"])
         lo = float(best["ms_q1"]) / float(mine["ms_q3"])
@@ -283,7 +289,7 @@ def _embed(s: Section) -> Headline | None:
     if not rows:
         return None
     r, lo, hi, st, mine, best = min(rows, key=lambda x: x[0])
-    label = f"{st['config']} {st.get('dtype', '')} {st['trace']}, {st['threads']} thread(s)"
+    label = f"{st['config']} {st.get('dtype', '')}, {st['trace']}, {st['threads']} thread(s)"
     return Headline(
         capability="embed",
         section=s.key,
