@@ -547,7 +547,16 @@ def test_a_killed_or_interrupted_consumer_leaves_no_worker_and_no_shared_memory(
     assert prefix.startswith("rp") and len(pids) == 5
     time.sleep(0.3)
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=20)
+    try:
+        _, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # fail, but leave neither the consumer nor its workers
+        proc.kill()
+        _, err = proc.communicate()
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"the consumer still ran 30 s after {signal.Signals(sig).name}: "
+                             f"{err[-2000:]}") from None  # fmt: skip
     end = time.monotonic() + 10
     while time.monotonic() < end:
         alive = [pid for pid in pids if _alive(pid)]

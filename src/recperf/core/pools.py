@@ -55,16 +55,28 @@ def off_main_thread(work: Callable[[], T], stop: Callable[[], None]) -> T:
     try:
         with _signals_deferred():  # ``start`` waits on a lock of its own
             thread.start()
-        thread.join()
+        _join(thread)
     except BaseException:
         stop()
         if thread.ident is not None:
-            thread.join()
+            _join(thread)
             stop()
         raise
     if err:
         raise err[0]
     return out[0]
+
+
+JOIN_POLL_S = 0.1
+"""How often the main thread wakes while it waits for a helper thread."""
+
+
+def _join(thread: threading.Thread) -> None:
+    """Wait for ``thread``, waking every JOIN_POLL_S: the kernel may deliver a signal sent to
+    the process to any of its threads, and then the main thread, asleep in a lock with no
+    timeout, would never run the Python handler (a test's SIGALRM hung it so once)."""
+    while thread.is_alive():
+        thread.join(JOIN_POLL_S)
 
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
