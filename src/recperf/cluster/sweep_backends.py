@@ -177,10 +177,29 @@ def _worker_init() -> None:
 
 
 def _terminate_workers(pool: ProcessPoolExecutor) -> None:
-    processes = getattr(pool, "_processes", None) or {}
-    for proc in list(processes.values()):
+    """Terminate the pool's workers, wait for them (killing any that linger), then close this
+    process's copy of the result pipe's writing end. A worker killed while it sent a result
+    leaves half a message in the pipe, and the pool's manager thread, reading it, would wait
+    for the rest for ever (this process holds a writer too, so no EOF comes): with every writer
+    closed the read ends in EOFError, and the manager marks the pool broken and exits."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in processes:
         with contextlib.suppress(OSError, ValueError):
             proc.terminate()
+    for proc in processes:
+        with contextlib.suppress(OSError, ValueError, AssertionError):
+            proc.join(TERMINATE_WAIT_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(TERMINATE_WAIT_S)
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None and not any(p.is_alive() for p in processes):
+        with contextlib.suppress(OSError):
+            writer.close()
+
+
+TERMINATE_WAIT_S = 5.0
+"""How long a terminated worker may take to exit before it is killed."""
 
 
 def _import_ray() -> Any:

@@ -4,6 +4,7 @@ processes started so that a closed terminal's hang-up does not kill them under a
 from __future__ import annotations
 
 import contextlib
+import queue
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -37,29 +38,35 @@ def off_main_thread(work: Callable[[], T], stop: Callable[[], None]) -> T:
     at any bytecode, also between a lock's ``__enter__`` and the ``with`` block that would
     release it (CPython bpo-29988): ``concurrent.futures.as_completed`` takes every future's lock
     in a loop, and an interrupt there leaves some held, so the pool's manager thread blocks on
-    them for good and ``shutdown`` never returns. A thread's ``join`` is safe to interrupt, so
-    the locks are taken off the main thread. On an interrupt the main thread calls ``stop``
+    them for good and ``shutdown`` never returns. The main thread here waits on a C-level queue
+    the helper posts to when it ends (not ``Thread.join``: on 3.11 a join interrupted by a
+    signal marks a running thread stopped). On an interrupt the main thread calls ``stop``
     (which must make ``work`` end soon, e.g. by terminating the pool's workers), waits for
     ``work`` to end, calls ``stop`` again (for what ``work`` started meanwhile) and re-raises;
     an exception of ``work`` is raised in the main thread."""
     out: list[T] = []
     err: list[BaseException] = []
+    ended: queue.SimpleQueue[bool] = queue.SimpleQueue()
 
     def run() -> None:
         try:
             out.append(work())
         except BaseException as exc:  # handed to the main thread
             err.append(exc)
+        finally:
+            ended.put(True)
 
     thread = threading.Thread(target=run, name="recperf-pool-driver", daemon=True)
+    started = False
     try:
         with _signals_deferred():  # ``start`` waits on a lock of its own
             thread.start()
-        _join(thread)
+            started = True
+        _wait(ended)
     except BaseException:
         stop()
-        if thread.ident is not None:
-            _join(thread)
+        if started or thread.ident is not None:  # it runs (or is about to): wait for it
+            _wait(ended)
             stop()
         raise
     if err:
@@ -67,16 +74,20 @@ def off_main_thread(work: Callable[[], T], stop: Callable[[], None]) -> T:
     return out[0]
 
 
-JOIN_POLL_S = 0.1
+WAIT_POLL_S = 0.1
 """How often the main thread wakes while it waits for a helper thread."""
 
 
-def _join(thread: threading.Thread) -> None:
-    """Wait for ``thread``, waking every JOIN_POLL_S: the kernel may deliver a signal sent to
-    the process to any of its threads, and then the main thread, asleep in a lock with no
-    timeout, would never run the Python handler (a test's SIGALRM hung it so once)."""
-    while thread.is_alive():
-        thread.join(JOIN_POLL_S)
+def _wait(ended: queue.SimpleQueue[bool]) -> None:
+    """Until the helper posts that it ended, waking every WAIT_POLL_S: the kernel may deliver a
+    signal sent to the process to any of its threads, and the main thread, asleep with no
+    timeout, would then never run the Python handler (a test's SIGALRM hung it so once)."""
+    while True:
+        try:
+            ended.get(timeout=WAIT_POLL_S)
+            return
+        except queue.Empty:
+            continue
 
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
