@@ -40,6 +40,7 @@ from recperf.report.section import (
     plot_title,
     table_html,
 )
+from recperf.report.summary import verdict_of
 
 KEY = "embed"
 TITLE = "Embedding stage (DLRM inference)"
@@ -267,12 +268,11 @@ def spread_verdicts(run: Mapping[str, Any]) -> dict[str, str]:
     for v in run["variants"]:
         if base is None or v is base or v.get("ms_q1") is None or base.get("ms_q1") is None:
             out[v["variant"]] = ""
-        elif float(v["ms_q3"]) < float(base["ms_q1"]):
-            out[v["variant"]] = "faster"
-        elif float(v["ms_q1"]) > float(base["ms_q3"]):
-            out[v["variant"]] = "slower"
-        else:
-            out[v["variant"]] = "within noise"
+            continue
+        # the summary's rule on the speedup's spread: torch's quartiles over this variant's
+        verdict = verdict_of(float(base["ms_q1"]) / float(v["ms_q3"]),
+                             float(base["ms_q3"]) / float(v["ms_q1"]), measured=True)  # fmt: skip
+        out[v["variant"]] = {"ahead": "faster", "behind": "slower"}.get(verdict, verdict)
     return out
 
 
