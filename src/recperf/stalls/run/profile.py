@@ -4,9 +4,10 @@ and logs under ``runs/``)."""
 
 from __future__ import annotations
 
-import json
+import math
 import os
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from recperf.stalls.model.comm import CommSample
 from recperf.stalls.result import FIGURES, StallSummary
 from recperf.stalls.run import differential, netem, runner
 from recperf.stalls.run.spec import RunSpec, data_batches
+from recperf.stalls.trace import breakdown, kineto
 
 Progress = Callable[[float, str], None]
 DDP_FIRST_BUCKET = 1 << 20
@@ -197,9 +199,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
             loads[spec.name] = host_load()
             if spec.torch_trace_iters:
                 paths = sorted(run_dir.glob("torch_rank*.json"))
-                torch_figs[spec.name] = differential.torch_trace_figures(
-                    [json.loads(p.read_text()) for p in paths]
-                )
+                torch_figs[spec.name] = torch_trace_figures(paths)
             samples += differential.comm_samples(spec, traces)
     network = next((r for r in runs if r.name == "network"), None)
     if network is not None:
@@ -258,9 +258,27 @@ def bandwidth_samples(network: RunSpec, bandwidths: tuple[str, ...], out: Path) 
 
 
 TORCH_TRACE_METHOD = (
-    "direct, from torch.profiler traces: recperf:data_wait/step ranges and the collectives' own "
-    "ranges (gloo worker thread; NCCL kernels on GPUs)"
+    "direct, from torch.profiler traces read as stalls analyze reads them: recperf:data_wait/step "
+    "ranges; exposed communication is the step thread idle while a collective it launched is "
+    "outstanding (on GPUs: NCCL kernel time no compute kernel overlaps)"
 )
+TORCH_TRACE_KEYS = ("iteration_s", "data_wait_s", "compute_s", "backward_s", "exposed_comm_s",
+                    "overlapped_comm_s", "comm_busy_s")  # fmt: skip
+"""summary.json's ``torch_trace`` figures per run (and ``buckets``: all-reduces per iteration)."""
+
+
+def torch_trace_figures(paths: Sequence[Path]) -> dict[str, float]:
+    """One run's torch.profiler rank traces read by the Kineto reader (``stalls analyze``'s):
+    per-iteration means over each rank's iterations, then over ranks (``backward_s`` NaN when
+    the traces hold no ``recperf:backward`` ranges)."""
+    rows = []
+    for trace in kineto.load_rank_traces(paths):
+        rows.append(breakdown.rank_means(trace, breakdown.iteration_figures(trace)))
+    out = {}
+    for key, name in (*((k, k) for k in TORCH_TRACE_KEYS), ("allreduces", "buckets")):
+        values = [r[key] for r in rows]
+        out[name] = math.nan if None in values else statistics.fmean(values)
+    return out
 
 
 def _layers(stats: dict[str, differential.RunStats], param_sizes: list[int]) -> tuple[int, str]:
