@@ -12,6 +12,7 @@ from recperf.stalls.run import differential
 from recperf.stalls.run.hook import TRACE_FORMAT, IterRecord, Profiler
 from recperf.stalls.run.profile import ddp_buckets
 from recperf.stalls.run.spec import RunSpec
+from recperf.stalls.trace import breakdown, kineto
 
 
 def _trace(records: list[IterRecord], warmup: int = 0, **meta: Any) -> dict[str, Any]:
@@ -158,44 +159,44 @@ def _x(name: str, a: float, b: float, cat: str = "user_annotation", tid: int = 1
     return {"name": name, "ph": "X", "ts": a * 1e6, "dur": (b - a) * 1e6, "cat": cat, "tid": tid}
 
 
-def test_torch_trace_iterations_use_annotations_and_collectives() -> None:
+def _op(name: str, a: float, b: float) -> dict[str, Any]:
+    return _x(name, a, b, "cpu_op")
+
+
+def test_torch_traces_count_the_wait_from_the_launch_op() -> None:
+    """Issue 28, one trace path: a torch.profiler trace of a loop run under
+    ``Profiler(annotate=True)`` (recperf ranges, no ProfilerStep) read by the Kineto reader. The
+    second bucket waits 50 ms for gloo's worker: exposed from its launch op (0.3) to the last
+    completion (0.45), not from gloo's start (0.35), which the removed reader counted from."""
     events = [
         _x("recperf:data_wait", 0.0, 0.1),
         _x("recperf:step", 0.1, 0.5),
         _x("recperf:backward", 0.15, 0.46),
-        _x("c10d::allreduce_", 0.2, 0.2001, "cpu_op"),
-        _x("gloo:all_reduce", 0.2, 0.35, tid=7),
-        _x("gloo:all_reduce", 0.3, 0.45, tid=7),
+        _op("aten::mm", 0.1, 0.2),
+        _op("c10d::allreduce_", 0.2, 0.201),
+        _op("aten::mm", 0.201, 0.3),
+        _op("c10d::allreduce_", 0.3, 0.301),
+        _op("aten::add_", 0.46, 0.5),  # the optimizer, once the wait is over
+        _x("gloo:all_reduce", 0.21, 0.35, tid=7),
+        _x("gloo:all_reduce", 0.35, 0.45, tid=7),
         _x("recperf:data_wait", 0.5, 0.52),
         _x("recperf:step", 0.52, 0.6),
+        _op("c10d::broadcast_", 0.525, 0.526),
+        _op("aten::mm", 0.526, 0.53),
         _x("gloo:broadcast", 0.53, 0.55, tid=7),
+        _op("aten::add_", 0.55, 0.6),
     ]
-    its = differential.torch_iterations({"traceEvents": events})
-    assert len(its) == 2
-    f = differential._iteration_figures(its[0])
-    assert f["exposed_comm_s"] == pytest.approx(0.15) and f["buckets"] == 2
-    assert f["data_wait_s"] == pytest.approx(0.1)
-    assert f["backward_s"] == pytest.approx(0.31 - 0.15)
-    g = differential._iteration_figures(its[1])
-    assert g["buckets"] == 0 and g["data_wait_s"] == pytest.approx(0.02)
-    figs = differential.torch_trace_figures([{"traceEvents": events}])
-    assert figs["exposed_comm_s"] == pytest.approx(0.075)
-
-
-def test_torch_trace_prefers_nccl_kernels_on_gpus() -> None:
-    events = [
-        _x("recperf:data_wait", 0.0, 0.1),
-        _x("recperf:step", 0.1, 0.5),
-        _x("nccl:all_reduce", 0.2, 0.21),
-        _x("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 0.22, 0.4, cat="kernel", tid=3),
-    ]
-    (it,) = differential.torch_iterations({"traceEvents": events})
-    assert it["comm"] == [pytest.approx((0.22, 0.4))]
-
-
-def test_torch_trace_without_annotations_is_explained() -> None:
-    with pytest.raises(ConfigError, match="annotate=True"):
-        differential.torch_iterations({"traceEvents": [_x("aten::mm", 0, 1, "cpu_op")]})
+    trace = kineto.normalise({"traceEvents": events}, "t.json", 0)
+    f, g = breakdown.iteration_figures(trace)
+    assert f.data_wait_s == pytest.approx(0.1) and f.iteration_s == pytest.approx(0.5)
+    assert f.exposed_comm_s == pytest.approx(0.15) and f.allreduces == 2
+    assert f.comm_busy_s == pytest.approx(0.24)
+    assert f.overlapped_comm_s == pytest.approx(0.09)  # gloo beside the second aten::mm
+    assert f.compute_s == pytest.approx(0.5 - 0.1 - 0.15)
+    assert f.backward_s == pytest.approx(0.31 - 0.15)
+    # a blocking broadcast: the thread idle until it completes (0.526-0.53 is compute)
+    assert (g.allreduces, g.collectives) == (0, 1) and g.data_wait_s == pytest.approx(0.02)
+    assert g.exposed_comm_s == pytest.approx(0.001 + 0.02)
 
 
 def test_each_differential_figure_carries_its_interval() -> None:

@@ -174,7 +174,7 @@ def _v1(trace: dict[str, Any]) -> dict[str, Any]:
     return {"traceEvents": events, "displayTimeUnit": "ms", "recperf": meta}
 
 
-def test_both_formats_and_the_kineto_reading_give_the_same_figures(
+def test_both_formats_give_the_same_figures(
     run: tuple[Path, list[dict[str, Any]]], tmp_path: Path
 ) -> None:
     out, traces = run
@@ -187,16 +187,6 @@ def test_both_formats_and_the_kineto_reading_give_the_same_figures(
     new_stats = differential.run_stats_from_files(spec, [out / f"rank{r}.json" for r in range(2)])
     assert differential.run_stats_from_files(spec, paths) == new_stats
     assert new_stats.buckets == 1 and new_stats.iteration_s > new_stats.data_wait_s > 0.002
-    # torch_iterations reads recperf's own traces like torch.profiler ones (warmup included)
-    by_torch = differential.torch_trace_figures(traces)
-    per_rank = []
-    for t in traces:
-        every = {**t, "recperf": {**t["recperf"], "warmup": 0}}
-        figs = [differential._iteration_figures(it) for it in differential._iterations(every)]
-        per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
-    assert set(by_torch) == set(per_rank[0])
-    for key, value in by_torch.items():
-        assert value == pytest.approx(statistics.fmean(r[key] for r in per_rank), abs=1e-9), key
 
 
 def test_holistic_trace_analysis_loads_them_and_agrees(
@@ -244,8 +234,8 @@ def test_holistic_trace_analysis_loads_them_and_agrees(
 
 
 def kineto_means(docs: list[dict[str, Any]], sources: list[str]) -> dict[str, float]:
-    """What the Kineto reader (``stalls analyze``'s path) gives for ``torch_trace_figures``'
-    keys: means over iterations, then ranks (its ``allreduces`` is the old ``buckets``)."""
+    """What the Kineto reader (``stalls analyze``'s and ``profile``'s torch_trace path) gives:
+    means over iterations, then ranks (its ``allreduces`` is the hook's ``buckets``)."""
     keys = ("iteration_s", "data_wait_s", "compute_s", "backward_s", "exposed_comm_s",
             "overlapped_comm_s", "comm_busy_s", "allreduces")  # fmt: skip
     per_rank = []
@@ -257,16 +247,22 @@ def kineto_means(docs: list[dict[str, Any]], sources: list[str]) -> dict[str, fl
     return means
 
 
-def test_the_two_torch_trace_readers_agree_on_recperf_traces(
+def test_the_kineto_reader_gives_the_hooks_figures_on_recperf_traces(
     run: tuple[Path, list[dict[str, Any]]],
 ) -> None:
-    """Issue 28, one trace path: on recperf's own traces (no ops recorded: the last-launch rule
-    in both) the Kineto reader gives every figure the old ``torch_iterations`` reader gives."""
+    """Issue 28, one trace path: on recperf's own traces (no ops recorded: the hook's
+    last-launch rule) the Kineto reader gives every figure the hook's own analysis gives, warmup
+    included, each iteration's and so their means."""
     _, traces = run
     every = [{**t, "recperf": {**t["recperf"], "warmup": 0}} for t in traces]
-    old = differential.torch_trace_figures(every)
+    per_rank = []
+    for t in every:
+        figs = [differential._iteration_figures(it) for it in differential._iterations(t)]
+        assert len(figs) == WARMUP + ITERS
+        per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
+    hook = {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}
     new = kineto_means(every, [f"rank{r}" for r in range(len(every))])
-    assert set(new) == set(old)
-    assert old["buckets"] == 1.0 and old["exposed_comm_s"] > 0
-    for key, value in old.items():
+    assert set(new) == set(hook)
+    assert hook["buckets"] == 1.0 and hook["exposed_comm_s"] > 0
+    for key, value in hook.items():
         assert new[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key

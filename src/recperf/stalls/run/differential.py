@@ -66,52 +66,6 @@ def _union(intervals: Sequence[tuple[float, float]]) -> float:
     return total
 
 
-COMM_NAMES = ("gloo:all_reduce", "nccl:all_reduce")
-"""torch.profiler ranges of a collective's execution (gloo's worker thread, NCCL's CPU side)."""
-
-
-OWN_COMM = f"{ANNOTATION}allreduce"
-"""A bucket's all-reduce in recperf's own traces (the timing hook's launch to completion)."""
-
-
-def _is_comm(ev: Mapping[str, Any]) -> bool:
-    name = str(ev.get("name", ""))
-    if ev.get("cat") == "kernel":  # GPU: the NCCL kernel itself
-        return "nccl" in name.lower() and "allreduce" in name.lower().replace("_", "")
-    return name.startswith(COMM_NAMES) or name == OWN_COMM
-
-
-def torch_iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per-iteration spans of a torch.profiler Chrome trace of a loop run under a
-    ``Profiler(annotate=True)``: its ``recperf:`` ranges plus the collectives the trace holds
-    (on GPUs the NCCL kernels are used when present, being the true transfer time). Reads
-    recperf's own (format 2) traces the same way."""
-    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X"]
-    spans: dict[str, list[tuple[float, float]]] = {}
-    for e in events:
-        name = str(e.get("name", ""))
-        if name.startswith(ANNOTATION) and name != OWN_COMM:
-            spans.setdefault(name[len(ANNOTATION) :], []).append(
-                (e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-            )
-    comm = sorted((e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6) for e in events if _is_comm(e))
-    kernels = [e for e in events if _is_comm(e) and e.get("cat") == "kernel"]
-    if kernels:
-        comm = sorted((e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6) for e in kernels)
-    steps, waits = sorted(spans.get("step", [])), sorted(spans.get("data_wait", []))
-    if not steps or len(waits) < len(steps):
-        raise ConfigError("torch trace: no recperf:step / recperf:data_wait ranges "
-                          "(was the loop run under Profiler(annotate=True)?)")  # fmt: skip
-    out = []
-    for step in steps:
-        wait = max((w for w in waits if w[0] <= step[0]), default=(step[0], step[0]))
-        phases = {n: s for n, ss in spans.items() if n not in ("step", "data_wait")
-                  for s in ss if step[0] <= s[0] <= step[1]}  # fmt: skip
-        out.append({"data_wait": wait, "step": step, "phases": phases,
-                    "comm": [c for c in comm if step[0] <= c[0] <= step[1]]})  # fmt: skip
-    return out
-
-
 def _iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per-iteration spans of one rank's trace (either format), warmup dropped."""
     meta = trace.get("recperf", {})
@@ -259,15 +213,6 @@ def run_stats_from_files(spec: RunSpec, paths: Sequence[Path]) -> RunStats:
         if not _iterations(trace):
             raise ConfigError(f"{path}: the rank trace has no timed iterations")
     return run_stats(spec, traces)
-
-
-def torch_trace_figures(traces: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Per-iteration means (over iterations, then ranks) from torch.profiler traces."""
-    per_rank = []
-    for tr in traces:
-        figs = [_iteration_figures(it) for it in torch_iterations(tr)]
-        per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
-    return {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}
 
 
 def comm_samples(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> list[CommSample]:

@@ -89,7 +89,7 @@ class Profiler:
         self.records: list[IterRecord] = []
         self.annotate = annotate
         """Also mark data waits, steps and phases as ``recperf:<name>`` ranges in torch.profiler
-        traces (``differential`` reads those too)."""
+        traces (the Kineto reader, ``trace.kineto``, reads those too)."""
         self.cuda = torch.cuda.is_available() if cuda is None else cuda
         self._clock = _CudaClock() if self.cuda else None
         self._data_t: tuple[float, float] | None = None
