@@ -208,7 +208,7 @@ def _kjt(batch: int, seed: int, weighted: bool, wdtype: torch.dtype = torch.floa
 
 @pytest.mark.parametrize("fp16", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("kernel", ["torch-hot", "combined"])
+@pytest.mark.parametrize("kernel", ["torch-hot", "combined", "bag-concat"])
 def test_from_torchrec_pools_as_the_collection(kernel: str, fp16: bool, weighted: bool) -> None:
     from torchrec.modules.embedding_configs import DataType
 
@@ -216,9 +216,13 @@ def test_from_torchrec_pools_as_the_collection(kernel: str, fp16: bool, weighted
         pytest.importorskip("triton")
     ebc = _ebc(DataType.FP16 if fp16 else None, weighted)
     hot = {"t0": torch.tensor([5, 0]), "t2": torch.tensor([8])}  # by name; t1 has none
-    module = EmbeddingBags.from_torchrec(ebc, kernel=kernel, hot_rows=hot)
-    assert module._groups[0].hot_rows is not None
-    assert [h.tolist() for h in module._groups[0].hot_rows] == [[5, 0], [5, 0], [8]]
+    if kernel == "bag-concat":  # pools per-table inputs (its parts trait); remaps no rows
+        module = EmbeddingBags.from_torchrec(ebc, kernel=kernel)
+        assert all(g.parts for g in module._groups)
+    else:
+        module = EmbeddingBags.from_torchrec(ebc, kernel=kernel, hot_rows=hot)
+        assert module._groups[0].hot_rows is not None
+        assert [h.tolist() for h in module._groups[0].hot_rows] == [[5, 0], [5, 0], [8]]
     for seed in range(2):
         kjt = _kjt(
             batch=3, seed=seed, weighted=weighted, wdtype=torch.float16 if fp16 else torch.float32

@@ -32,12 +32,14 @@ from recperf.embed.dropin_inputs import (
     check_values,
     labels,
     per_slot,
+    plain_parts,
     to_lookup,
     to_part,
+    to_parts,
     values_ok,
 )
 from recperf.embed.kernel_choice import KernelChoice, check_hot_rows
-from recperf.embed.kernels.base import Lookup, Pooling, Tables
+from recperf.embed.kernels.base import Lookup, PartsKernel, Pooling, Tables
 from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, dim_of, format_of
 from recperf.embed.traces import Trace
 
@@ -54,7 +56,10 @@ class EmbeddingBags(nn.Module):
     Weights are shared, not copied: the module holds the originals' weight tensors (detached;
     a quantized TorchRec collection's rows, scales and biases as views into its FBGEMM buffers)
     and each kernel builds its own layout from them once, which copies them for the kernels that
-    reorder or combine rows or read float32 (``torch``, ``torch-hot``, the Triton ones). After
+    reorder or combine rows or read float32 (``torch``, ``torch-hot``, ``bag-concat``: one
+    concatenated copy, the float tables' bytes once more, the Triton ones). A kernel that pools
+    per-table inputs (``bag-concat``) is handed them as given and its table-major output is
+    returned as views, in the rows' dtype: no TBE layout and no float32 round trip. After
     changing the originals in place, call ``rebuild()`` (``.to()``, ``.half()`` ... rebuild
     too). Where a kernel remaps ids to hot rows, the remap is inside it: callers pass the
     original ids. The module starts in eval mode; a forward in train mode with gradients on is
@@ -87,6 +92,8 @@ class EmbeddingBags(nn.Module):
         self._source = source
         self._tables = source.tables
         self._slots = source.slots
+        self._slot_specs = [source.tables[s.table] for s in source.slots]
+        self._by_slot: list[torch.Tensor] = []
         self._input_names = [
             labels(i, s.feature if source.torchrec else None) for i, s in enumerate(self._slots)
         ]
@@ -103,6 +110,9 @@ class EmbeddingBags(nn.Module):
             self._hot = hot_from_sample(sample, rows, names, config.hot_fraction)
         self._tuned: dict[tuple[int, str], KernelChoice] = {}
         self._groups: list[Group] = []
+        self._dtypes: list[tuple[torch.dtype, ...]] = []
+        self._in_order = False
+        self._plain = False
         self._build()
         self.eval()
 
@@ -185,6 +195,9 @@ class EmbeddingBags(nn.Module):
     def _build(self) -> None:
         """One kernel per group of slots with the same width, row format and pooling."""
         weights, sbs = self._weights(), self._scale_bias()
+        self._by_slot = [weights[slot.table] for slot in self._slots]
+        """Per slot its table's weights, as last built (a buffer looked up by name costs ~5 us
+        a call)."""
         by_kind: dict[tuple[int, str, Pooling], list[int]] = {}
         for s, slot in enumerate(self._slots):
             w, fmt = weights[slot.table], self._fmt(slot.table, weights[slot.table])
@@ -209,6 +222,20 @@ class EmbeddingBags(nn.Module):
                 tuple(members), tables, labels, hot, self.config, self.options, tuned
             )
             self._groups.append(group)
+        self._dtypes = [tuple(self._out_dtype(s, g) for s in g.slots) for g in self._groups]
+        """Per group its slots' output dtypes (one, where they share it)."""
+        self._dtypes = [d[:1] if len(set(d)) == 1 else d for d in self._dtypes]
+        self._in_order = len(self._groups) == 1 and len(self._dtypes[0]) == 1
+        """One group holds every slot, in order, in one output dtype."""
+        self._dev = self._groups[0].tables.device
+        self._ends = [spec.include_last_offset for spec in self._slot_specs]
+        self._plain = (
+            self._in_order
+            and not self.torchrec
+            and self._dtypes[0][0] == self._groups[0].tables.out_dtype
+        )
+        """``forward`` may take the short road (``plain_parts``) when its one group's kernel
+        pools per-table inputs: they come out in the slots' dtype."""
 
     def _labels(self, slots: Sequence[int]) -> str:
         return ", ".join(dict.fromkeys(self._tables[self._slots[s].table].label for s in slots))
@@ -268,28 +295,36 @@ class EmbeddingBags(nn.Module):
         from TorchRec: ``indices`` is the ``KeyedJaggedTensor``; returns a ``KeyedTensor``."""
         if self.training and torch.is_grad_enabled():
             raise ConfigError(TRAIN_REFUSED)
+        group = self._groups[0]
+        if self._plain and group.parts and per_sample_weights is None and not self.config.debug:
+            plain = plain_parts(indices, offsets, self._ends, self._dev)
+            if plain is not None:  # the common case in a few checks, no TBE layout, no casts
+                with torch.no_grad():
+                    return list(cast(PartsKernel, group.kernel).pool_parts(plain).unbind(0))
         with torch.no_grad():
             parts, batch = self._parts(indices, offsets, per_sample_weights)
-            lookups = self._lookups(parts, batch)
-            if lookups and any(g.pending for g in self._groups):
-                self._measure(lookups)
-            pooled = self._pool(lookups)
+            if batch and self.config.debug:
+                self._check_values(parts)
+            if batch and any(g.pending for g in self._groups):
+                self._measure([to_lookup([parts[s] for s in g.slots], batch) for g in self._groups])
+            pooled = self._pool(parts, batch)
         if self.torchrec:
             return self._keyed(pooled, batch)
         return self._outputs(pooled)
 
     def _outputs(self, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Each slot's contiguous ``[B, D]`` in its output dtype: per group one transposed copy
-        (``[T, B, D]``) cut into views, where its slots share a dtype (one op, not one a slot)."""
+        """Each slot's contiguous ``[B, D]`` in its output dtype: views of its group's
+        table-major ``[T, B, D]``, made (one transposed copy, where the kernel's is batch-major)
+        and cast (where its dtype is not the slots') in one op a group, not one a slot."""
+        if self._in_order and pooled[0].dtype == self._dtypes[0][0] and self._groups[0].parts:
+            return list(pooled[0].unbind(0))  # one group of every slot, pooled as returned
         out: list[torch.Tensor] = [pooled[0]] * len(self._slots)
-        for g, p in zip(self._groups, pooled, strict=True):
-            dtypes = {self._out_dtype(s, g) for s in g.slots}
+        for g, p, dtypes in zip(self._groups, pooled, self._dtypes, strict=True):
+            major = p if g.parts else p.transpose(0, 1)
             if len(dtypes) == 1:
-                per_slot = p.transpose(0, 1).to(dtypes.pop()).contiguous().unbind(0)
+                per_slot = major.to(dtypes[0]).contiguous().unbind(0)
             else:
-                per_slot = tuple(
-                    p[:, j].to(self._out_dtype(s, g)).contiguous() for j, s in enumerate(g.slots)
-                )
+                per_slot = tuple(m.to(dt).contiguous() for m, dt in zip(major, dtypes, strict=True))
             for s, x in zip(g.slots, per_slot, strict=True):
                 out[s] = x
         return out
@@ -312,17 +347,9 @@ class EmbeddingBags(nn.Module):
         ids_list = per_slot(indices, n, "indices")
         off_list = per_slot(offsets, n, "offsets")
         psw_list = per_slot(per_sample_weights, n, "per_sample_weights")
-        weights = self._weights()
         parts = [
-            to_part(
-                self._input_names[i],
-                ids_list[i],
-                off_list[i],
-                psw_list[i],
-                weights[s.table],
-                self._tables[s.table],
-            )
-            for i, s in enumerate(self._slots)
+            to_part(self._input_names[i], ids_list[i], off_list[i], psw_list[i], w, spec)
+            for i, (w, spec) in enumerate(zip(self._by_slot, self._slot_specs, strict=True))
         ]
         batches = [p.batch for p in parts]
         if len(set(batches)) > 1:
@@ -332,14 +359,9 @@ class EmbeddingBags(nn.Module):
             )
         return parts, batches[0]
 
-    def _lookups(self, parts: list[Part], batch: int) -> list[Lookup]:
-        """Per group its ``Lookup``; with ``config.debug`` every value checked first (one host
-        sync for them all; on a failure, the input at fault named)."""
-        if not batch:
-            return []
-        lookups = [to_lookup([parts[s] for s in g.slots], batch) for g in self._groups]
-        if not self.config.debug:
-            return lookups
+    def _check_values(self, parts: list[Part]) -> None:
+        """``config.debug``: every offset and id checked (one host sync for them all; on a
+        failure, the input at fault named)."""
         weights = self._weights()
         rows = [int(weights[s.table].shape[0]) for s in self._slots]
         if not bool(values_ok(parts, rows)):
@@ -347,7 +369,6 @@ class EmbeddingBags(nn.Module):
                 names = self._input_names[i]
                 check_values(names, part, rows[i], self._tables[slot.table])
             raise RuntimeError("inputs: values_ok refused what check_values accepts (a bug)")
-        return lookups
 
     def _measure(self, lookups: list[Lookup]) -> None:
         """``auto`` without a cached winner: each pending group timed on its lookup."""
@@ -356,24 +377,30 @@ class EmbeddingBags(nn.Module):
                 measure(group, lookup, self.config)
                 self._tuned[(g, _where(group.tables))] = group.choice
 
-    def _pool(self, lookups: list[Lookup]) -> list[torch.Tensor]:
-        """Per group, its slots pooled: ``[B, T_group, D]`` float32 (no lookups: no bags)."""
-        if not lookups:
-            return [
-                torch.zeros(0, len(g.slots), g.tables.dim, device=g.tables.device)
-                for g in self._groups
-            ]
-        return [g.kernel(lk) for g, lk in zip(self._groups, lookups, strict=True)]
+    def _pool(self, parts: list[Part], batch: int) -> list[torch.Tensor]:
+        """Per group, its slots pooled: ``[T_group, B, D]`` in the rows' dtype where its kernel
+        pools per-table inputs (``g.parts``), else ``[B, T_group, D]`` float32 from the TBE
+        ``Lookup`` (no bags: zeros)."""
+        out = []
+        for g in self._groups:
+            if not batch:
+                shape = (len(g.slots), 0) if g.parts else (0, len(g.slots))
+                out.append(torch.zeros(*shape, g.tables.dim, device=g.tables.device))
+            elif g.parts:
+                out.append(cast(PartsKernel, g.kernel).pool_parts(to_parts(parts, g.slots, batch)))
+            else:
+                out.append(g.kernel(to_lookup([parts[s] for s in g.slots], batch)))
+        return out
 
     def _out_dtype(self, s: int, group: Group) -> torch.dtype:
         return self._tables[self._slots[s].table].out_dtype or group.tables.out_dtype
 
     def _per_slot(self, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Each slot's ``[B, D]`` float32 (views)."""
+        """Each slot's ``[B, D]`` as its kernel pooled it (views)."""
         out: list[torch.Tensor] = [pooled[0]] * len(self._slots)
         for g, p in zip(self._groups, pooled, strict=True):
             for j, s in enumerate(g.slots):
-                out[s] = p[:, j]
+                out[s] = p[j] if g.parts else p[:, j]
         return out
 
     def _keyed(self, pooled: list[torch.Tensor], batch: int) -> Any:
@@ -384,7 +411,8 @@ class EmbeddingBags(nn.Module):
         for g in self._groups:
             for s in g.slots:
                 dims[s] = g.tables.dim
-        if len(self._groups) == 1 and self._groups[0].slots == tuple(range(len(self._slots))):
+        one = self._groups[0]
+        if len(self._groups) == 1 and one.slots == tuple(range(len(self._slots))) and not one.parts:
             values = pooled[0].reshape(batch, sum(dims))  # already in key order: no copy
         else:
             values = torch.cat(self._per_slot(pooled), dim=1)
@@ -411,7 +439,9 @@ class EmbeddingBags(nn.Module):
         parts, batch = self._parts(indices, offsets, per_sample_weights)
         if batch == 0:
             raise ConfigError("tune: the example input has no bags")
-        lookups = self._lookups(parts, batch)
+        if self.config.debug:
+            self._check_values(parts)
+        lookups = [to_lookup([parts[s] for s in g.slots], batch) for g in self._groups]
         for g, group in enumerate(self._groups):
             tune_group(group, lookups[g], self.config, variants=variants, reps=reps, trace=trace)
             self._tuned[(g, _where(group.tables))] = group.choice

@@ -23,7 +23,15 @@ from recperf.embed.kernel_choice import (
     measured_choice,
     takes_hot_rows,
 )
-from recperf.embed.kernels.base import EmbeddingKernel, Lookup, Tables, check_reads, kernels_for
+from recperf.embed.kernels.base import (
+    EmbeddingKernel,
+    Lookup,
+    PartsKernel,
+    Tables,
+    check_reads,
+    kernel_traits,
+    kernels_for,
+)
 
 MEASURE_REPS = 5
 """Timed rounds per kernel when ``auto`` measures on the first forward."""
@@ -43,6 +51,22 @@ class Group:
     kernel: EmbeddingKernel
     pending: bool = False
     """``auto`` found no cached winner: the kernels are timed on the first forward's input."""
+    parts: bool = False
+    """Its kernel pools per-table inputs (the ``parts`` trait): the drop-in calls
+    ``pool_parts``, not the kernel on a TBE ``Lookup``."""
+
+    def run(self, choice: KernelChoice, kernel: EmbeddingKernel) -> None:
+        """Run ``kernel`` (what ``choice`` names) from now on."""
+        self.choice, self.kernel, self.pending = choice, kernel, False
+        self.parts = takes_parts(choice.kernel, kernel)
+
+
+def takes_parts(name: str, kernel: EmbeddingKernel) -> bool:
+    """Whether kernel ``name`` (built as ``kernel``) pools per-table inputs."""
+    try:
+        return kernel_traits(name).parts and isinstance(kernel, PartsKernel)
+    except RecperfError:  # a kernel built without a registry entry: the TBE layout
+        return False
 
 
 def make_group(
@@ -66,7 +90,9 @@ def make_group(
     if pending:
         choice = replace(choice, note=f"{choice.note}; the kernels are timed on the first forward")
     choice, kernel = build_choice(choice, tables, hot)
-    return Group(slots, tables, labels, hot, choice, kernel, pending)
+    group = Group(slots, tables, labels, hot, choice, kernel, pending)
+    group.parts = takes_parts(choice.kernel, kernel)
+    return group
 
 
 def _named(
@@ -107,8 +133,7 @@ def measure(group: Group, lookup: Lookup, config: DropInConfig) -> None:
         trace=config.trace or "dropin",
         reps=MEASURE_REPS,
     )
-    group.choice, group.kernel = build_choice(choice, group.tables, group.hot_rows)
-    group.pending = False
+    group.run(*build_choice(choice, group.tables, group.hot_rows))
 
 
 def tune(
@@ -141,14 +166,13 @@ def tune(
         extra=extra,
     )
     when = "when tuned (cached)" if result.cached else "on the example"
-    group.choice = KernelChoice(
+    choice = KernelChoice(
         kernel=result.kernel,
         params=result.params,
         source="autotune cache" if result.cached else "tuned",
         note=f"{result.ms:.3f} ms per batch {when}",
     )
-    group.kernel = build(group.choice, group.tables, group.hot_rows)
-    group.pending = False
+    group.run(choice, build(choice, group.tables, group.hot_rows))
 
 
 def _hot_ok(group: Group, config: DropInConfig) -> bool:

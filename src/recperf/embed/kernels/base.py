@@ -1,11 +1,13 @@
 """The embedding-kernel plug-in contract: ``Tables`` (the weights) and ``Lookup`` (one TBE batch)
-in, pooled ``[B, T, D]`` float32 out; ``KERNELS`` names the implementations with their Config and
-tunable space, ``make_lookup`` draws random batches and ``check_kernel`` proves a kernel equals the
-reference on random shapes."""
+in, pooled ``[B, T, D]`` float32 out (and, for a kernel with the ``parts`` trait, per-table
+``Parts`` in, table-major out in the rows' dtype); ``KERNELS`` names the implementations with their
+Config and tunable space, ``make_lookup`` draws random batches and ``check_kernel`` proves a kernel
+equals the reference on random shapes."""
 
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -225,6 +227,58 @@ class EmbeddingKernel(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """One batch over T tables as per-table inputs (no checks here: a drop-in checks what it
+    hands over; ``parts_of`` cuts one out of a ``Lookup``)."""
+
+    indices: tuple[torch.Tensor, ...]
+    """Per table its ids, int64 ``[N_t]``."""
+    offsets: tuple[torch.Tensor, ...]
+    """Per table its bag starts into its own ids, int64, B of them, or B + 1 with the end of
+    the last bag (which must be ``N_t``); each table's bags end where the next bag starts."""
+    batch_size: int
+    """B, the samples in the batch (>= 1)."""
+    per_sample_weights: tuple[torch.Tensor | None, ...] | None = None
+    """Per table its floats ``[N_t]`` (None: weight 1), or None for none at all."""
+
+
+@runtime_checkable
+class PartsKernel(Protocol):
+    """A kernel with the ``parts`` trait."""
+
+    def pool_parts(self, parts: Parts) -> torch.Tensor:
+        """``[T, B, D]`` table-major (so table t's ``[B, D]`` is a contiguous view), in the
+        rows' dtype for float rows (fp16/bf16 accumulated in float32, as ``nn.EmbeddingBag``
+        does), float32 for others; the same pooling as ``__call__``."""
+        ...
+
+
+def bag_starts(offsets: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
+    """int64 ``[T, B]``: each table's first B offsets (its bag starts) stacked, in one copy
+    (a view of it where some carry the end of their last bag)."""
+    lengths = {int(o.shape[0]) for o in offsets}
+    if lengths == {batch}:
+        return torch.stack(list(offsets))
+    if len(lengths) == 1:
+        return torch.stack(list(offsets))[:, :batch]
+    return torch.stack([o[:batch] for o in offsets])
+
+
+def parts_of(lookup: Lookup) -> Parts:
+    """``lookup`` as per-table inputs (views of its ids; one host copy of the table bounds)."""
+    b = lookup.batch_size
+    starts = lookup.offsets[::b].tolist()
+    bounds = list(itertools.pairwise(starts))
+    w = lookup.per_sample_weights
+    return Parts(
+        indices=tuple(lookup.indices[s:e] for s, e in bounds),
+        offsets=tuple(lookup.offsets[t * b : (t + 1) * b] - s for t, (s, _) in enumerate(bounds)),
+        batch_size=b,
+        per_sample_weights=None if w is None else tuple(w[s:e] for s, e in bounds),
+    )
+
+
 KERNELS: Registry[EmbeddingKernel] = Registry("embedding kernel", package="recperf.embed.kernels")
 """Built by ``build_kernel(name, options, tables, hot_rows)`` (or ``KERNELS.build``):
 ``options`` validate into the kernel's Config; ``KERNELS.entry(name).space`` is its tunable
@@ -259,6 +313,10 @@ class KernelTraits:
     """Reads float32 copies of the rows, whatever their format."""
     peer: str = ""
     """The library whose operator it runs (``fbgemm``, ``torch``), "" for recperf's own."""
+    parts: bool = False
+    """Also pools a batch as per-table inputs (``PartsKernel.pool_parts``: what a list of
+    ``nn.EmbeddingBag`` takes), into table-major outputs in the float rows' own dtype, so a
+    drop-in skips building the TBE layout and casting through float32 (issue 27)."""
 
     def __post_init__(self) -> None:
         bad = sorted(set(self.formats) - set(ROW_FORMATS))
@@ -480,6 +538,23 @@ def check_kernel(
         if not isinstance(kernel, EmbeddingKernel):
             raise ContractError(f"{name}: {kernel!r} does not implement EmbeddingKernel")
         ref = KERNELS.build("torch", None, tables)(lookup)
-        why = mismatch(kernel(lookup), ref, magnitude(tables, lookup), tables.row_format)
+        bound = magnitude(tables, lookup)
+        why = mismatch(kernel(lookup), ref, bound, tables.row_format)
+        if not why and kernel_traits(name).parts:
+            why = _parts_mismatch(kernel, tables, lookup, ref, bound)
         if why:
             raise ContractError(f"embedding kernel {name!r} on {case}: {why}")
+
+
+def _parts_mismatch(
+    kernel: EmbeddingKernel, tables: Tables, lookup: Lookup, ref: torch.Tensor, bound: torch.Tensor
+) -> str:
+    """Why ``pool_parts`` of a ``parts`` kernel is not the reference ("" when it is)."""
+    if not isinstance(kernel, PartsKernel):
+        return "has the parts trait but no pool_parts"
+    got = kernel.pool_parts(parts_of(lookup))
+    want = FLOAT_DTYPES.get(tables.row_format, torch.float32)
+    if got.dtype != want:
+        return f"pool_parts: dtype {got.dtype}, expected {want}"
+    why = mismatch(got.transpose(0, 1).float(), ref, bound, tables.row_format)
+    return f"pool_parts: {why}" if why else ""

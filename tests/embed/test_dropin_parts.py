@@ -1,0 +1,162 @@
+"""The drop-in over a kernel that pools per-table inputs (``bag-concat``, the ``parts`` trait,
+issue 27): it returns what the bags return, in their dtype, as views of one output, with the
+tables' weights still shared, and takes the general road (its checks, its errors) for
+everything but the plain case."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from recperf.core.errors import ConfigError, ContractError
+from recperf.embed import DropInConfig, EmbeddingBags
+from recperf.embed.kernels import KERNELS, Lookup, Tables, make_lookup
+from recperf.embed.kernels.base import Parts, bag_starts, check_kernel, parts_of
+from recperf.embed.kernels.peers import BagConcat
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _bags(dtype: torch.dtype, last: tuple[bool, ...], mode: str = "sum") -> list[nn.EmbeddingBag]:
+    torch.manual_seed(1)
+    return [
+        nn.EmbeddingBag(r, 5, mode=mode, include_last_offset=e, dtype=dtype)
+        for r, e in zip((13, 4, 9), last, strict=True)
+    ]
+
+
+def _inputs(
+    bags: list[nn.EmbeddingBag], batch: int, seed: int
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    ids, offs = [], []
+    for bag in bags:
+        lengths = torch.randint(0, 4, (batch,), generator=g)
+        lengths[seed % batch] = 0  # an empty bag in every input
+        ids.append(torch.randint(0, bag.num_embeddings, (int(lengths.sum()),), generator=g))
+        starts = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+        offs.append(starts if bag.include_last_offset else starts[:-1])
+    return ids, offs
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("last", [(False,) * 3, (True,) * 3, (True, False, True)])
+@pytest.mark.parametrize("mode", ["sum", "mean"])
+def test_bag_concat_returns_what_the_bags_return(
+    dtype: torch.dtype, last: tuple[bool, ...], mode: str
+) -> None:
+    bags = _bags(dtype, last, mode)
+    module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
+    assert module._groups[0].parts and module._plain
+    for seed in range(2):
+        ids, offs = _inputs(bags, batch=4, seed=seed)
+        got = module(ids, offs)
+        with torch.no_grad():
+            want = [bag(i, o) for bag, i, o in zip(bags, ids, offs, strict=True)]
+        for a, b in zip(got, want, strict=True):  # one embedding_bag, the same sums: equal
+            assert a.dtype == b.dtype == dtype and a.is_contiguous()
+            assert torch.equal(a, b)
+        # views of one output (no per-bag copies); the bags' weights are shared, not copied
+        assert len({x.untyped_storage().data_ptr() for x in got}) == 1
+    assert all(
+        getattr(module, f"weight{t}").data_ptr() == b.weight.data_ptr() for t, b in enumerate(bags)
+    )
+
+
+def test_the_general_road_still_checks_and_pools() -> None:
+    bags = _bags(torch.float32, (False, True, False))
+    module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
+    ids, offs = _inputs(bags, batch=3, seed=2)
+    with torch.no_grad():
+        want = [bag(i, o) for bag, i, o in zip(bags, ids, offs, strict=True)]
+    # int32 ids and offsets, and per-sample weights, go the general road to the same kernel
+    got = module([i.int() for i in ids], [o.int() for o in offs])
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    ones = [torch.ones(i.numel()) for i in ids]
+    got = module(ids, offs, ones)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    with pytest.raises(ConfigError, match=r"offsets\[1\]: 4 bags, input 0 has 3"):
+        module(ids, [offs[0], torch.cat([offs[1], offs[1][-1:]]), offs[2]])
+    with pytest.raises(ConfigError, match=r"indices\[2\]: dtype torch.float32 is not"):
+        module([ids[0], ids[1], ids[2].float()], offs)
+    with pytest.raises(ConfigError, match=r"indices: 2 tensors for 3 tables"):
+        module(ids[:2], offs[:2])
+    empty = module(
+        [i[:0] for i in ids],
+        [o[:0] if not b.include_last_offset else o[:1] for o, b in zip(offs, bags, strict=True)],
+    )
+    assert [tuple(x.shape) for x in empty] == [(0, 5)] * 3
+    debug = EmbeddingBags.from_torch(bags, kernel="bag-concat", config=DropInConfig(debug=True))
+    with pytest.raises(ConfigError, match=r"indices\[0\]: id 13 is outside bags\[0\]'s rows"):
+        debug([torch.full_like(ids[0], 13), ids[1], ids[2]], offs)
+
+
+def test_groups_of_mixed_widths_and_a_quantized_copy_cast_their_outputs() -> None:
+    torch.manual_seed(4)
+    bags = [nn.EmbeddingBag(6, 3), nn.EmbeddingBag(7, 2, mode="mean"), nn.EmbeddingBag(5, 3)]
+    ids, offs = _inputs(bags, batch=3, seed=5)
+    with torch.no_grad():
+        want = [bag(i, o) for bag, i, o in zip(bags, ids, offs, strict=True)]
+    module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
+    assert not module._plain and all(g.parts for g in module._groups)
+    got = module(ids, offs)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    half = module.quantize("fp16", bags=4)  # fp16 rows, outputs in the originals' float32
+    got = half(ids, offs)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == torch.float32 and a.is_contiguous()
+        torch.testing.assert_close(a, b, rtol=2e-3, atol=2e-3)
+
+
+def test_parts_of_and_bag_starts_cut_a_lookup_per_table() -> None:
+    tables = Tables(weights=(torch.randn(7, 2), torch.randn(3, 2)))
+    lookup = make_lookup(tables, batch_size=3, pooling_factor=2, seed=1, weighted=True)
+    parts = parts_of(lookup)
+    assert [int(i.numel()) for i in parts.indices] == [
+        int(lookup.offsets[3] - lookup.offsets[0]),
+        int(lookup.offsets[6] - lookup.offsets[3]),
+    ]
+    assert parts.per_sample_weights is not None and len(parts.per_sample_weights) == 2
+    starts = bag_starts(parts.offsets, 3)
+    assert starts.shape == (2, 3) and starts[:, 0].tolist() == [0, 0]
+    ended = [torch.tensor([0, 1, 1, 4]), torch.tensor([0, 2, 2])]
+    assert bag_starts(ended, 3).tolist() == [[0, 1, 1], [0, 2, 2]]
+
+
+class WrongParts(BagConcat):
+    """Pools right through a Lookup, wrong per table."""
+
+    def pool_parts(self, parts: Parts) -> torch.Tensor:
+        return super().pool_parts(parts) + 1
+
+
+class Float32Parts(BagConcat):
+    """Pools right per table, but in float32 where the rows are fp16 or bf16."""
+
+    def pool_parts(self, parts: Parts) -> torch.Tensor:
+        return super().pool_parts(parts).float()
+
+
+@pytest.mark.parametrize(
+    ("cls", "message"), [(WrongParts, "pool_parts: at"), (Float32Parts, "pool_parts: dtype")]
+)
+def test_check_kernel_holds_pool_parts_to_the_reference(cls: type, message: str) -> None:
+    traits = KERNELS.entry("bag-concat").traits
+    KERNELS.register("test-parts", traits=traits)(cls)
+    try:
+        with pytest.raises(ContractError, match=message):
+            check_kernel("test-parts", seed=3, cases=4)
+    finally:
+        KERNELS.unregister("test-parts")
+
+
+def test_bag_concat_pools_a_weighted_mean_per_table_as_through_a_lookup() -> None:
+    g = torch.Generator().manual_seed(2)
+    tables = Tables(weights=(torch.randn(9, 4, generator=g), torch.randn(5, 4, generator=g)),
+                    pooling="mean")  # fmt: skip
+    lookup = make_lookup(tables, batch_size=4, pooling_factor=2, seed=3, weighted=True)
+    kernel = KERNELS.build("bag-concat", None, tables)
+    assert isinstance(kernel, BagConcat)
+    via: Lookup = lookup
+    torch.testing.assert_close(kernel.pool_parts(parts_of(via)).transpose(0, 1), kernel(via))
