@@ -7,7 +7,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,8 @@ from recperf.report.builder import SECTIONS
 from recperf.report.section import FIGURE_CLASS, Section
 from recperf.report.stalls_section import stalls_section
 
+from .conftest import QuickSections
+
 EVIL = "<script>alert(1)</script>"
 EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 FIGURE_DIV = f'<div class="{FIGURE_CLASS}" id="'
@@ -37,21 +38,10 @@ Quick = tuple[Section, list[float], tuple[Any, ...]]
 
 
 @pytest.fixture(scope="module")
-def quick() -> Iterator[Quick]:
+def quick(quick_sections: QuickSections) -> Quick:
     """The quick section, its progress fractions and the arguments it was built from."""
-    seen: list[tuple[Any, ...]] = []
-    real = es.section_from_results
-
-    def capture(*args: Any) -> Section:
-        seen.append(args)
-        return real(*args)
-
-    fractions: list[float] = []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(es, "section_from_results", capture)
-        section = es.embed_section(quick=True, progress=fractions.append)
-    (args,) = seen
-    yield section, fractions, args
+    built = quick_sections.get(es.embed_section)
+    return built.section, built.fractions, built.captured
 
 
 def _figure_ids(page: str) -> list[str]:

@@ -22,6 +22,8 @@ from recperf.report.ingest_peers import load_bundled, peers_html
 from recperf.report.netsens_section import netsens_section
 from recperf.report.section import Section
 
+from .conftest import QuickSections
+
 EVIL = "<script>alert(1)</script>"
 EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 QUICK_FIGURES = ("sim-0-criteo-16", "sim-split", "live-throughput", "live-split")
@@ -35,9 +37,9 @@ QUICK_FIGURES = (*QUICK_FIGURES, *(f"ray-{p}" for p in RAY_PARTS))
 
 
 @pytest.fixture(scope="module")
-def quick() -> tuple[Section, list[float]]:
-    fractions: list[float] = []
-    return ing.ingest_section(quick=True, progress=fractions.append), fractions
+def quick(quick_sections: QuickSections) -> tuple[Section, list[float]]:
+    built = quick_sections.get(ing.ingest_section)
+    return built.section, built.fractions
 
 
 def _specs(page: str) -> list[dict[str, Any]]:

@@ -8,8 +8,7 @@ import itertools
 import json
 import math
 import re
-import shutil
-import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,20 @@ from recperf.cluster.outcome import EngineConfig
 from recperf.cluster.sweep import Sweep, SweepResult
 from recperf.cluster.topology import PRESETS
 from recperf.core.results import dumps_json
-from recperf.ingest.sim import model as sim
-from recperf.report import build_report, ingest_ray
+from recperf.report import browser, build_report, builder, ingest_ray
 from recperf.report import netsens_section as ns
-from recperf.report.builder import plotly_js, render_page
-from recperf.report.cluster_section import SCHEDULERS, ClusterRun, section_from_runs
+from recperf.report.builder import plotly_js, render_page, report_data, run_sections
+from recperf.report.cluster_section import (
+    SCHEDULERS,
+    ClusterRun,
+    cluster_section,
+    section_from_runs,
+)
 from recperf.report.ingest_peers import load_bundled
+from recperf.report.netsens_section import netsens_section
 from recperf.report.section import figure_html
+
+from .conftest import QuickSections
 
 EVIL = "<script>alert(1)</script>"
 EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -49,7 +55,6 @@ NETSENS_PARTS = ("jct-cdf", "makespan", "jct-mean", "comm")
 PEER_BARS = 1 if load_bundled() is not None else 0
 RAY_FIGURES = len(ingest_ray.parts(ingest_ray.load_bundled()))
 INGEST_QUICK_FIGURES = 4 + PEER_BARS + RAY_FIGURES
-INGEST_FULL_FIGURES = len(sim.BUNDLED) + 3 + PEER_BARS + RAY_FIGURES
 # The stall section's figures: the breakdown, the all-reduce model and the advisor's frontier.
 STALLS_FIGURES = 3
 # The embedding section's figures: reuse distance, coverage, the CPU benchmark's ms, GB/s and
@@ -67,10 +72,16 @@ CELLS = list(itertools.product(ns.SCHEDULERS, ns.CONGESTION))
 
 
 @pytest.fixture(scope="module")
-def quick_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[float]]:
+def quick_report(
+    tmp_path_factory: pytest.TempPathFactory, quick_sections: QuickSections
+) -> Iterator[tuple[Path, list[float]]]:
+    """The quick report, its sections shared with the sections' own tests (each built once)."""
     fractions: list[float] = []
-    out = build_report(tmp_path_factory.mktemp("report"), quick=True, progress=fractions.append)
-    return out, fractions
+    shared = tuple(quick_sections.replay(b) for b in builder.SECTIONS)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(builder, "SECTIONS", shared)
+        out = build_report(tmp_path_factory.mktemp("report"), quick=True, progress=fractions.append)
+    yield out, fractions
 
 
 def evil_jobs(payload: str) -> JobTable:
@@ -301,14 +312,16 @@ def test_outcome_leaves_out_failed_runs() -> None:
     )
 
 
-def test_full_report_covers_the_traces_a_real_topology_and_the_congestion_grid(
+def test_full_cluster_sections_cover_the_traces_a_real_topology_and_the_congestion_grid(
     tmp_path: Path,
 ) -> None:
-    out = build_report(tmp_path)
-    page = out.read_text(encoding="utf-8")
-    report = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
-    traces = report["sections"]["cluster"]["data"]["traces"]
-    assert report["quick"] is False
+    """The full report's cluster and netsens sections (the whole report, every section at its
+    full default, is ``benchmarks/report_full.py``: about two minutes, over the suite's budget)."""
+    sections = run_sections((cluster_section, netsens_section), quick=False)
+    data = report_data(sections, datetime.now(UTC), quick=False)
+    page = render_page(sections, datetime.now(UTC))
+    traces = data["sections"]["cluster"]["data"]["traces"]
+    assert data["quick"] is False
     assert {t: (r["cluster"], r["jobs"]) for t, r in traces.items()} == {
         "tiresias-480": ("tiresias-n32g4", 480),
         "helios-500": ("helios", 500),
@@ -320,19 +333,15 @@ def test_full_report_covers_the_traces_a_real_topology_and_the_congestion_grid(
         for part in FIGURE_PARTS:
             assert f'id="cluster-{index}-{trace}-{part}"' in page
     assert "within psw" in page and "across psws" in page  # the tree's levels as columns
-    assert page.count('class="rp-figure"') == (
-        3 * len(FIGURE_PARTS)
-        + len(NETSENS_PARTS)
-        + INGEST_FULL_FIGURES
-        + STALLS_FIGURES
-        + EMBED_FIGURES
-    )
-    # the page's weight: plotly.js once (1.2 MB), the rest under 1.5 MB
+    assert page.count('class="rp-figure"') == 3 * len(FIGURE_PARTS) + len(NETSENS_PARTS)
+    # the heaviest part of the page (3,000-job CDFs) stays well inside its 1.5 MB besides plotly.js
     rest = len(page.encode("utf-8")) - len(plotly_js().encode("utf-8"))
-    assert rest < 1.5e6, f"{rest / 1e6:.2f} MB besides plotly.js"
-    if shutil.which("chromium") or shutil.which("chromium-browser"):  # the full page lays out
+    assert rest < 1.0e6, f"{rest / 1e6:.2f} MB besides plotly.js"
+    if browser.find_chromium() is not None:  # the full cluster sections lay out
+        out = tmp_path / "report.html"
+        out.write_text(page, encoding="utf-8")
         check_layout(out, tmp_path, 1400)
-    grid = report["sections"]["netsens"]["data"]
+    grid = data["sections"]["netsens"]["data"]
     assert (grid["trace"], grid["cluster"]) == ("helios-500", "helios")
     assert sorted((r["scheduler"], r["congestion"]) for r in grid["runs"]) == sorted(CELLS)
     assert {(r["status"], r["jobs_total"], r["seed"]) for r in grid["runs"]} == {("ok", 500, 0)}
@@ -374,52 +383,23 @@ def test_figure_json_cannot_close_its_script() -> None:
 
 
 def _chromium() -> str:
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.skip("chromium not installed: no chromium or chromium-browser on PATH")
-
-
-def _chromium_args(profile: Path, width: int) -> list[str]:
-    return [
-        _chromium(),
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        f"--user-data-dir={profile}",
-        f"--window-size={width},900",
-        "--virtual-time-budget=10000",
-    ]
+    binary = browser.find_chromium()
+    if binary is None:
+        pytest.skip("chromium not installed: no chromium or chromium-browser on PATH")
+    return binary
 
 
 def _dump_dom(page: Path, profile: Path, width: int = 1400) -> str:
-    """The page's DOM after its scripts ran at ``width`` px, checking that nothing reached the
-    JS console: the page logs only when a figure fails, and chromium logs every uncaught
-    exception there."""
-    cmd = [
-        *_chromium_args(profile, width),
-        "--enable-logging=stderr",
-        "--v=0",
-        "--dump-dom",
-        page.resolve().as_uri(),
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
-    assert not console, "\n".join(console)[-2000:]
-    return done.stdout
+    """The page's DOM after its scripts ran, checking that nothing reached the JS console."""
+    got = browser.dump_dom(_chromium(), page, profile, width)
+    assert not got.console, "\n".join(got.console)[-2000:]
+    return got.dom
 
 
 def _body_data(dom: str, name: str) -> str:
-    body = re.search(r"<body[^>]*>", dom)
-    assert body is not None
-    found = re.search(rf'data-{name}="([^"]*)"', body.group(0))
-    assert found is not None, f"the page never recorded data-{name}: {body.group(0)[:500]}"
-    return html.unescape(found.group(1))
+    value = browser.PageDom(dom, ()).body_data(name)
+    assert value is not None, f"the page never recorded data-{name}"
+    return value
 
 
 def check_layout(page: Path, tmp_path: Path, width: int) -> None:
@@ -433,18 +413,13 @@ def check_layout(page: Path, tmp_path: Path, width: int) -> None:
     if width >= 1400:
         assert int(_body_data(dom, "summary-bottom")) <= 900
     shot = tmp_path / f"report-{width}.png"
-    cmd = [*_chromium_args(tmp_path / f"shot-{width}", width), f"--screenshot={shot}",
-           page.resolve().as_uri()]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-2000:]
+    assert browser.screenshot(_chromium(), page, tmp_path / f"shot-{width}", width, shot) > 10_000
 
 
 def _figures_drawn(dom: str) -> tuple[int, int]:
-    body = re.search(r"<body[^>]*>", dom)
-    assert body is not None
-    marker = re.search(r'data-figures="(\d+)/(\d+)"', body.group(0))
-    assert marker is not None, f"the page never recorded its figures: {body.group(0)}"
-    return int(marker.group(1)), int(marker.group(2))
+    figures = browser.PageDom(dom, ()).figures()
+    assert figures is not None, "the page never recorded its figures"
+    return figures
 
 
 @pytest.mark.browser

@@ -8,8 +8,6 @@ import html
 import json
 import math
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +17,6 @@ from recperf.report import stalls_section as st
 from recperf.report.builder import SECTIONS
 from recperf.report.ingest_section import ingest_section
 from recperf.report.section import FIGURE_CLASS, Section
-from recperf.stalls import study as study_module
 from recperf.stalls.cost.advisor import AdvisorConfig, advise
 from recperf.stalls.model.comm import PARAMS, CommSample
 from recperf.stalls.model.fit import fit
@@ -27,28 +24,18 @@ from recperf.stalls.result import STALLS
 from recperf.stalls.run import netem
 from recperf.stalls.study import LATENCY_HOLD
 
+from .conftest import QuickSections
+
 EVIL = "<script>alert(1)</script>"
 EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 FIGURE_DIV = f'<div class="{FIGURE_CLASS}" id="'
 
 
 @pytest.fixture(scope="module")
-def quick() -> Iterator[tuple[Section, list[float], dict[str, Any]]]:
+def quick(quick_sections: QuickSections) -> tuple[Section, list[float], dict[str, Any]]:
     """The quick section, its progress fractions and the summary its profile returned."""
-    seen: list[dict[str, Any]] = []
-
-    def capture(config: Any, out: Path, progress: Any = None) -> dict[str, Any]:
-        summary = real_profile(config, out, progress)
-        seen.append(summary)
-        return summary
-
-    real_profile = study_module.profile
-    fractions: list[float] = []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(study_module, "profile", capture)
-        section = st.stalls_section(quick=True, progress=fractions.append)
-    (summary,) = seen
-    yield section, fractions, summary
+    built = quick_sections.get(st.stalls_section)
+    return built.section, built.fractions, built.captured
 
 
 def _jsonable(data: Any) -> Any:
