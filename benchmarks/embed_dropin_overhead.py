@@ -3,8 +3,8 @@ kernel="torch")`` against calling the plain ``nn.EmbeddingBag`` list on the same
 tensor of ids and one of offsets per bag, from the bundled reuse trace), with the value checks
 off (the default) and on (``DropInConfig(debug=True)``), and ``kernel="auto"`` (which times the
 kernels on its first call, the warm-up here). Outputs are checked equal first; calls are
-interleaved over rotating batches (the order rotates each round); each variant's median, and its
-overhead as the median over rounds of its call minus the plain call of the same round.
+interleaved over rotating batches (in a new seeded order each round); each variant's median,
+and its overhead as the median over rounds of its call minus the plain call of the same round.
 
     python benchmarks/embed_dropin_overhead.py [--config small] [--batch-size N] [--threads 1]
         [--calls 200] [--clock wall|cpu] [--out benchmarks/results/embed_dropin_overhead.json]
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -63,12 +64,15 @@ def interleaved(
     clock: Callable[[], float] = time.perf_counter,
 ) -> list[list[float]]:
     """Seconds of each call of each fn by ``clock`` (after 5 warm-up rounds), in turn on the
-    same batch, the first fn of a round rotating."""
+    same batch, in a new (seeded) order each round (not merely rotating: each fn then always
+    followed the same one)."""
     times: list[list[float]] = [[] for _ in fns]
+    rng = random.Random(0)
     for i in range(calls + 5):
         x = inputs[i % len(inputs)]
-        for j in range(len(fns)):
-            k = (i + j) % len(fns)
+        order = list(range(len(fns)))
+        rng.shuffle(order)
+        for k in order:
             t0 = clock()
             fns[k](x)
             if i >= 5:

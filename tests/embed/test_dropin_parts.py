@@ -160,3 +160,58 @@ def test_bag_concat_pools_a_weighted_mean_per_table_as_through_a_lookup() -> Non
     assert isinstance(kernel, BagConcat)
     via: Lookup = lookup
     torch.testing.assert_close(kernel.pool_parts(parts_of(via)).transpose(0, 1), kernel(via))
+
+
+def test_bag_concat_shifts_ids_by_one_add_once_the_bag_sizes_repeat() -> None:
+    bags = _bags(torch.float32, (False, True, False))
+    module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
+    kernel = module._groups[0].kernel
+    assert isinstance(kernel, BagConcat)
+    first, other = _inputs(bags, batch=5, seed=0), _inputs(bags, batch=5, seed=1)
+    with torch.no_grad():
+        want = {
+            k: [bag(i, o) for bag, i, o in zip(bags, *x, strict=True)]
+            for k, x in (("first", first), ("other", other))
+        }
+    for k, x, cached in [("first", first, False), ("first", first, True), ("first", first, True),
+                         ("other", other, False), ("first", first, False)]:  # fmt: skip
+        got = module(*x)
+        assert (kernel._layout[2] is not None) == cached
+        assert all(torch.equal(a, b) for a, b in zip(got, want[k], strict=True))
+
+
+@pytest.mark.parametrize(
+    ("seconds", "want"), [((2e-3, 1e-3), "bag-concat"), ((1e-3, 2e-3), "torch")]
+)
+def test_auto_times_a_winner_on_the_tbe_layout_against_bag_concat_on_the_drop_ins_roads(
+    monkeypatch: pytest.MonkeyPatch, seconds: tuple[float, float], want: str
+) -> None:
+    from recperf.embed import dropin_choice
+    from recperf.embed.kernel_choice import KernelChoice
+
+    winner = KernelChoice(kernel="torch", source="measured", note="torch 1.000 ms per batch")
+    monkeypatch.setattr(dropin_choice, "measured_choice", lambda *a, **k: winner)
+    calls: list[torch.Tensor] = []
+
+    def timed(
+        fn: object, inputs: list[object], reps: int, device: object, warmup: int
+    ) -> list[float]:
+        i, pos = divmod(len(calls), 2)  # rounds alternate which road runs first
+        road = i % 2 if pos == 0 else 1 - i % 2
+        calls.append(fn(inputs[0]))  # type: ignore[operator]
+        return [seconds[road]]
+
+    monkeypatch.setattr(dropin_choice, "time_calls", timed)
+    bags = _bags(torch.float16, (False, True, False))
+    module = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=None))
+    ids, offs = _inputs(bags, batch=4, seed=0)
+    got = module(ids, offs)
+    (choice,) = module.choices
+    assert (choice.kernel, choice.source) == (want, "measured")
+    assert len(calls) == 2 * (dropin_choice.MEASURE_REPS + 1)
+    assert all(c.shape == (3, 4, 5) and c.dtype == torch.float16 for c in calls)
+    if want == "bag-concat":
+        assert "on the inputs as given" in choice.note and "torch 1.000 ms" in choice.note
+    with torch.no_grad():
+        for a, bag, i, o in zip(got, bags, ids, offs, strict=True):
+            torch.testing.assert_close(a, bag(i, o), rtol=2e-3, atol=2e-3)

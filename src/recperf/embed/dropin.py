@@ -39,7 +39,7 @@ from recperf.embed.dropin_inputs import (
     values_ok,
 )
 from recperf.embed.kernel_choice import KernelChoice, check_hot_rows
-from recperf.embed.kernels.base import Lookup, PartsKernel, Pooling, Tables
+from recperf.embed.kernels.base import PartsKernel, Pooling, Tables
 from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, dim_of, format_of
 from recperf.embed.traces import Trace
 
@@ -306,7 +306,7 @@ class EmbeddingBags(nn.Module):
             if batch and self.config.debug:
                 self._check_values(parts)
             if batch and any(g.pending for g in self._groups):
-                self._measure([to_lookup([parts[s] for s in g.slots], batch) for g in self._groups])
+                self._measure(parts, batch)
             pooled = self._pool(parts, batch)
         if self.torchrec:
             return self._keyed(pooled, batch)
@@ -370,11 +370,14 @@ class EmbeddingBags(nn.Module):
                 check_values(names, part, rows[i], self._tables[slot.table])
             raise RuntimeError("inputs: values_ok refused what check_values accepts (a bug)")
 
-    def _measure(self, lookups: list[Lookup]) -> None:
-        """``auto`` without a cached winner: each pending group timed on its lookup."""
-        for g, (group, lookup) in enumerate(zip(self._groups, lookups, strict=True)):
+    def _measure(self, parts: list[Part], batch: int) -> None:
+        """``auto`` without a cached winner: each pending group timed on this batch."""
+        for g, group in enumerate(self._groups):
             if group.pending:
-                measure(group, lookup, self.config)
+                lookup = to_lookup([parts[s] for s in group.slots], batch)
+                given = to_parts(parts, group.slots, batch)
+                dtypes = self._dtypes[g]
+                measure(group, lookup, self.config, given, dtypes[0] if len(dtypes) == 1 else None)
                 self._tuned[(g, _where(group.tables))] = group.choice
 
     def _pool(self, parts: list[Part], batch: int) -> list[torch.Tensor]:

@@ -7,6 +7,7 @@ what the reference pools (``reference.py``)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -243,15 +244,58 @@ class BagConcat:
         self._weight = torch.cat(tables.weights) if tables.num_tables > 1 else tables.weights[0]
         first = torch.tensor([0, *tables.rows[:-1]], dtype=torch.int64).cumsum(0)
         self._first = first.tolist()
+        self._layout: tuple[tuple[int, ...], torch.Tensor, torch.Tensor | None] = (
+            (),
+            torch.empty(0, dtype=torch.int64),
+            None,
+        )
+        """The tables' id counts of the last batch, each table's first id then, and the
+        per-id shift once the same counts came twice (one entry, replaced whole: a reader never
+        sees half of it, and it does not grow whatever the inputs)."""
+
+    def _layout_for(self, sizes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Each table's first id in the concatenated ids (int64 ``[T, 1]``) and, when the
+        tables' id counts are those of the call before (fixed bag sizes, as DLRM's multi-hot
+        inputs), each id's shift (its table's first row), so that one add shifts them all
+        (0.96-0.97x the peer, against 0.94x for a ``_foreach_add_`` over the tables), else
+        None."""
+        key = tuple(sizes)
+        last, bases, shift = self._layout
+        dev = self._weight.device
+        if key != last:
+            starts = [0, *itertools.accumulate(key)][:-1]
+            bases = torch.tensor(starts, dtype=torch.int64, device=dev).view(-1, 1)
+            self._layout = (key, bases, None)
+            return bases, None
+        if shift is None:
+            shift = torch.repeat_interleave(
+                torch.tensor(self._first, device=dev),
+                torch.tensor(key, device=dev),
+                output_size=sum(key),
+            )
+            self._layout = (key, bases, shift)
+        return bases, shift
+
+    def _shifted(self, ids: torch.Tensor, sizes: Sequence[int], shift: torch.Tensor | None) -> None:
+        """Shift ``ids`` (the tables' ids concatenated, a tensor of this call's own) in place."""
+        if shift is not None:
+            ids.add_(shift)
+        else:  # in one dispatch (a foreach into new tensors and a cat wrote ~0.9 MB more)
+            torch._foreach_add_(torch.split(ids, list(sizes))[1:], self._first[1:])
 
     def __call__(self, lookup: Lookup) -> torch.Tensor:
         check_tables_match(self.tables, lookup)
         b, t, d = lookup.batch_size, self.tables.num_tables, self.tables.dim
         starts = lookup.offsets[::b].tolist()  # one host copy: each table's slice of the ids
-        ids = lookup.indices.clone()  # then shifted in place, in one dispatch (pool_parts)
+        ids = lookup.indices
         if t > 1:
             sizes = [e - s for s, e in itertools.pairwise(starts)]
-            torch._foreach_add_(torch.split(ids, sizes)[1:], self._first[1:])
+            shift = self._layout_for(sizes)[1]
+            if shift is not None:
+                ids = ids + shift
+            else:
+                ids = ids.clone()
+                self._shifted(ids, sizes, None)
         w = lookup.per_sample_weights
         mean = self.tables.pooling == "mean"
         out = F.embedding_bag(
@@ -285,11 +329,14 @@ class BagConcat:
             raise ConfigError(f"indices: {len(parts.indices)} tables' inputs, kernel {t}")
         dev = self._weight.device
         sizes = [int(i.shape[0]) for i in parts.indices]
-        bases = [0, *itertools.accumulate(sizes)]
+        bases, shift = self._layout_for(sizes)
         ids = parts.indices[0] if t == 1 else torch.cat(parts.indices)
-        if t > 1:  # shifted in place, in one dispatch (cat then add wrote ~0.9 MB more a batch)
-            torch._foreach_add_(torch.split(ids, sizes)[1:], self._first[1:])
-        starts = bag_starts(parts.offsets, b) + torch.tensor(bases[:-1], device=dev).view(t, 1)
+        if t > 1:
+            self._shifted(ids, sizes, shift)
+        # TBE offsets with the end (include_last_offset): without it embedding_bag ran 3% slower
+        offsets = torch.empty(t * b + 1, dtype=torch.int64, device=dev)
+        torch.add(bag_starts(parts.offsets, b), bases, out=offsets[:-1].view(t, b))
+        offsets[-1:].fill_(int(ids.shape[0]))
         psw = parts.per_sample_weights
         w = None
         if psw is not None:
@@ -303,13 +350,13 @@ class BagConcat:
         out = F.embedding_bag(
             ids,
             self._weight,
-            starts.view(-1),
+            offsets,
             mode="mean" if mean and w is None else "sum",
             per_sample_weights=w,
+            include_last_offset=True,
         )
         pooled = out.view(t, b, self.tables.dim)
         if mean and w is not None:  # the weighted sum over the bag's length, as the reference
-            last = torch.tensor(bases[1:], device=dev).view(t, 1)
-            ends = torch.cat([starts[:, 1:], last], dim=1)
-            pooled = pooled / (ends - starts).clamp(min=1).unsqueeze(2).to(pooled.dtype)
+            lengths = (offsets[1:] - offsets[:-1]).clamp(min=1).view(t, b, 1)
+            pooled = pooled / lengths.to(pooled.dtype)
         return pooled
