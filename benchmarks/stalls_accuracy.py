@@ -58,7 +58,7 @@ def network_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             seed=args.seed,
         )
         t0 = time.perf_counter()
-        profiles[bw] = profile(cfg, root / f"net-{bw}")
+        profiles[bw] = profile(cfg, root / f"net-{bw}").to_json()
         print(f"profiled {bw} in {time.perf_counter() - t0:.0f} s", flush=True)
     rows = []
     for bw, s in profiles.items():
@@ -358,7 +358,7 @@ def launch_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         for bw in BANDWIDTHS:
             t0 = time.perf_counter()
             config = LaunchConfig(command=command, ranks=2, nodes=2, bandwidth=bw)
-            s = launch(config, root / f"launch-{bw}-{rep}")
+            s = launch(config, root / f"launch-{bw}-{rep}").to_json()
             print(f"launch {bw} repeat {rep}: {time.perf_counter() - t0:.0f} s", flush=True)
             if s["grad_bytes"] != expected_grad:
                 raise SystemExit(f"launch {bw}: {s['grad_bytes']} gradient bytes in the traces, "
@@ -412,7 +412,7 @@ def analyze_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         real_data=False, seed=args.seed, delay_ms=args.delay_ms, torch_trace_iters=args.iters,
     )  # fmt: skip
     t0 = time.perf_counter()
-    summary = profile(cfg, root / "analyze")
+    summary = profile(cfg, root / "analyze").to_json()
     print(f"profiled for analyze in {time.perf_counter() - t0:.0f} s", flush=True)
     rows = []
     for direct in summary["runs"]:

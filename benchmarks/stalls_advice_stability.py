@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from recperf.report import stalls_section as st
+from recperf.stalls import study
 from recperf.stalls.cost.advisor import AdvisorConfig, advise
 from recperf.stalls.model.comm import CommModel
 from recperf.stalls.study import BUDGET_H, EPOCH_SAMPLES
@@ -28,20 +29,20 @@ from recperf.stalls.study import BUDGET_H, EPOCH_SAMPLES
 
 def one_run() -> dict[str, Any]:
     seen: list[dict[str, Any]] = []
-    real = st.profile
+    real = study.profile
 
-    def capture(config: Any, out: Path, progress: Any = None) -> dict[str, Any]:
+    def capture(config: Any, out: Path, progress: Any = None) -> Any:
         summary = real(config, out, progress)
-        seen.append(summary)
+        seen.append(summary.to_json())
         return summary
 
-    st.profile = capture
+    study.profile = capture
     try:
         t0 = time.perf_counter()
         section = st.stalls_section()
         wall = time.perf_counter() - t0
     finally:
-        st.profile = real
+        study.profile = real
     (summary,) = seen
     data = section.data
     advice = data["advice"]

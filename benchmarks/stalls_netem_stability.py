@@ -67,8 +67,9 @@ def link_alone(bandwidth: str, nbytes: int, reps: int) -> list[float]:
 def profiled(bandwidth: str, iters: int) -> dict[str, Any]:
     """One profile's three network figures against the wire time."""
     with tempfile.TemporaryDirectory(prefix="rp-netem-") as tmp:
-        s = profile(ProfileConfig(workload="dlrm", ranks=2, nodes=2, bandwidth=bandwidth,
-                                  iters=iters, warmup=3, real_data=False), Path(tmp))  # fmt: skip
+        config = ProfileConfig(workload="dlrm", ranks=2, nodes=2, bandwidth=bandwidth,
+                               iters=iters, warmup=3, real_data=False)  # fmt: skip
+        s = profile(config, Path(tmp)).to_json()
     wire = wire_s(s["grad_bytes"], s["bandwidth_bits_per_s"])
     runs = {r["name"]: r for r in s["runs"]}
     return {

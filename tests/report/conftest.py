@@ -59,7 +59,7 @@ def _build(build: SectionBuilder) -> Built:
 
         def profile(config: Any, out: Path, progress: Any = None) -> Any:
             summary = real_profile(config, out, progress)
-            seen.append(summary)
+            seen.append(summary.to_json())
             return summary
 
         def draw(*args: Any) -> Section:

@@ -220,7 +220,7 @@ def test_emulated_nodes_add_a_network_stall(tmp_path: Path) -> None:
         batch_size=8,
         real_data=False,
     )
-    s = profile(config, tmp_path)
+    s = profile(config, tmp_path).to_json()
     assert [r["name"] for r in s["runs"]] == ["compute", "control", "intra", "network"]
     # a second bandwidth lets fit separate the per-byte term from the bandwidth term; one does not
     net = [CommSample(**c) for c in s["comm_samples"] if c["nodes"] == 2]
@@ -265,7 +265,7 @@ def test_without_root_the_network_run_is_skipped(
         batch_size=4,
         real_data=False,
     )
-    s = profile(config, tmp_path)
+    s = profile(config, tmp_path).to_json()
     assert [r["name"] for r in s["runs"]] == ["compute"]
     assert s["num_layers"] == 1 and s["method"]["num_layers"].startswith("estimated")
     config2 = ProfileConfig(
@@ -278,7 +278,7 @@ def test_without_root_the_network_run_is_skipped(
         batch_size=4,
         real_data=False,
     )
-    s2 = profile(config2, tmp_path / "two")
+    s2 = profile(config2, tmp_path / "two").to_json()
     assert "need root" in s2["skipped"]["network"] and s2["nodes"] == 1
     assert [r["name"] for r in s2["runs"]] == ["compute", "control", "intra"]
 
@@ -306,7 +306,7 @@ def test_torch_profiler_traces_give_the_same_breakdown(tmp_path: Path) -> None:
         torch_trace_iters=2,
         delay_ms=20,
     )
-    s = profile(config, tmp_path)
+    s = profile(config, tmp_path).to_json()
     assert set(s["torch_trace"]) == {"compute", "control", "intra"}
     assert (tmp_path / "runs" / "intra" / "torch_rank1.json").is_file()
     intra = s["torch_trace"]["intra"]

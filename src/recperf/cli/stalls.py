@@ -81,7 +81,7 @@ def profile_cmd(
     out = settings.out
     assert out is not None
     with progress_bar(f"profiling {workload} on {config.ranks} rank(s)") as bar:
-        summary = profile(config, out, progress=lambda f, _msg: bar(f))
+        summary = profile(config, out, progress=lambda f, _msg: bar(f)).to_json()
     settings.emit(summary, name=None)  # profile wrote summary.json
     _print_profile(summary)
     err_console.print(f"summary written to {out / 'summary.json'}")

@@ -61,7 +61,7 @@ def launch_cmd(
     assert out is not None
     runs = 2 if config.nodes > 1 else 1
     with progress_bar(f"launching {config.ranks} rank(s), {runs} run(s)") as bar:
-        summary = launch(config, out, progress=lambda f, _msg: bar(f))
+        summary = launch(config, out, progress=lambda f, _msg: bar(f)).to_json()
     settings.emit(summary, name=None)  # launch wrote summary.json
     _print(summary)
     err_console.print(f"summary written to {out / 'summary.json'}", highlight=False)

@@ -48,7 +48,7 @@ def study(
     config: ProfileConfig, out: Path, progress: Callable[[float, str], None] | None = None
 ) -> Study:
     """Profile ``config`` into ``out``, read its torch.profiler traces, fit and advise."""
-    summary = profile(config, out, progress=progress)
+    summary = profile(config, out, progress=progress).to_json()
     traced, traced_note = traced_figures(out, summary)
     return conclude(summary, traced, traced_note)
 

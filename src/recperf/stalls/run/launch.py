@@ -194,7 +194,7 @@ def run_once(
     return {**analysis, "run": record}
 
 
-def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) -> dict[str, Any]:
+def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) -> StallSummary:
     """Run the command at 1 node (and at ``config.nodes`` when > 1), analyse, write
     ``out/summary.json`` (each run's traces, logs, exit codes and analysis under
     ``out/runs/``); return the summary."""
@@ -215,7 +215,7 @@ def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) ->
     if progress is not None:
         progress(1.0, "analysed")
     summary = combine(config, results, skipped)
-    write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", summary.to_json())
     return summary
 
 
@@ -256,7 +256,7 @@ def _network(
 
 def combine(
     config: LaunchConfig, results: Mapping[str, Mapping[str, Any]], skipped: Mapping[str, str]
-) -> dict[str, Any]:
+) -> StallSummary:
     """The summary: the top run's figures (the M-node one when it ran), with the network stall
     by difference of the two runs and directly, cross-checked, in ``profile``'s shape."""
     local = results["local"]
@@ -301,4 +301,4 @@ def combine(
         skipped=dict(skipped),
         details=details,
     )
-    return result.to_json()
+    return result

@@ -163,8 +163,9 @@ def _real_data(
     return files
 
 
-def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Run every differential run, analyse, write ``out/summary.json``; return the summary."""
+def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) -> StallSummary:
+    """Run every differential run, analyse, write ``out/summary.json`` (the summary's
+    ``to_json``); return the summary."""
     if config.device == "cuda" and torch.cuda.device_count() < config.ranks:
         raise ConfigError(
             f"device = cuda: {config.ranks} ranks need as many GPUs; "
@@ -216,9 +217,8 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
         host["torch_trace"] = torch_figs
     method = {**result.method, "torch_trace": TORCH_TRACE_METHOD} if torch_figs else result.method
     result = replace(result, details={**result.details, **host}, method=method)
-    summary = result.to_json()
-    write_json(out / "summary.json", summary)
-    return summary
+    write_json(out / "summary.json", result.to_json())
+    return result
 
 
 def host_load() -> float:
