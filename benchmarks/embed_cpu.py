@@ -50,7 +50,12 @@ PEER_BATCH = {"paper": 64, "mlperf": 512}
 """Batch per config in ``--peers`` mode: each batch moves ~57 MB of rows (above the 32 MB L3)."""
 COPIED = "fbgemm-tbe, rows copied"
 RECPERF = ("torch", "recperf auto kernel", "EmbeddingBags(auto)", COPIED)
-"""recperf's variants (``COPIED``: int8/int4 only); every other one is a peer."""
+"""recperf's variants (``COPIED``: int8/int4 only); every other one is a peer but ``CONTROL``."""
+CONTROL = "nn.EmbeddingBag concat, the drop-in's rows"
+"""The concat peer over the very rows the drop-in's ``bag-concat`` reads (where it runs that):
+not a peer but a control. Identical code over two copies of the same tables ran up to 1.2x
+apart on this VM (where each copy lies in memory), so the drop-in against this one is its
+code's cost alone (issue 27)."""
 
 
 def interleaved_samples(fns: list[Any], inputs: list[list[Any]], calls: int) -> list[list[float]]:
@@ -181,11 +186,15 @@ def bags_per_table(tables: Tables, lookups: Sequence[Lookup]) -> Peer:
     return Peer("nn.EmbeddingBag x T", fn, [_segments(lk) for lk in lookups], _as_float)
 
 
-def bag_concat(tables: Tables, lookups: Sequence[Lookup]) -> Peer:
-    """One ``nn.EmbeddingBag`` over the tables stacked row-wise; each table's ids shifted by its
-    first row (the shift is part of the timed call), table-major bags."""
+def bag_concat(
+    tables: Tables, lookups: Sequence[Lookup], weight: torch.Tensor | None = None
+) -> Peer:
+    """One ``nn.EmbeddingBag`` over the tables stacked row-wise (or over ``weight``, those rows
+    already stacked); each table's ids shifted by its first row (the shift is part of the timed
+    call), table-major bags."""
+    stacked = torch.cat(tables.weights) if weight is None else weight
     bag = nn.EmbeddingBag.from_pretrained(
-        torch.cat(tables.weights), freeze=True, mode="sum", include_last_offset=True
+        stacked, freeze=True, mode="sum", include_last_offset=True
     )
     first = torch.tensor([0, *tables.rows[:-1]], dtype=torch.int64).cumsum(0)
     b, t, d = lookups[0].batch_size, tables.num_tables, tables.dim
@@ -426,6 +435,16 @@ def build_peers(st: Stage, trace: str) -> Built:
     return Built(head + [make[k]() for k in PEERS_BY_FORMAT[st.fmt]], choice, module)
 
 
+def _control(module: Any, tables: Tables, lookups: Sequence[Lookup]) -> list[Peer]:
+    """``CONTROL`` where the drop-in runs ``bag-concat`` in one group (known after its first
+    call, where it measures)."""
+    groups = getattr(module, "_groups", [])
+    if len(groups) != 1 or groups[0].choice.kernel != "bag-concat":
+        return []
+    peer = bag_concat(tables, lookups, weight=groups[0].kernel._weight)
+    return [replace(peer, name=CONTROL)]
+
+
 def check_peers(peers: Sequence[Peer], tables: Tables, lookup: Lookup) -> dict[str, float]:
     """Each peer's largest absolute difference from the reference on ``lookup``; raise
     AssertionError naming the first peer outside the reference's tolerance (``RTOL``)."""
@@ -491,7 +510,8 @@ def measure(peers: Sequence[Peer], nbytes: int, threads: int, calls: int) -> dic
         q1, med, q3 = _quartiles([x * 1e3 for x in xs])
         gbps = nbytes / (med / 1e3) / 1e9
         variants.append({
-            "variant": p.name, "kind": "recperf" if p.name in RECPERF else "peer",
+            "variant": p.name,
+            "kind": "recperf" if p.name in RECPERF else "control" if p.name == CONTROL else "peer",
             "ms_per_batch": med, "ms_q1": q1, "ms_q3": q3, "ms_min": min(xs) * 1e3,
             "gb_per_s": gbps,
             "pct_of_copy_bw": 100.0 * gbps / copy_gbps,
@@ -504,7 +524,14 @@ def measure(peers: Sequence[Peer], nbytes: int, threads: int, calls: int) -> dic
     by_min = min((v for v in variants if v["kind"] == "peer"), key=lambda v: v["ms_min"])
     named = {v["variant"]: v for v in variants}
     dropin, kernel = named["EmbeddingBags(auto)"], named["recperf auto kernel"]
-    return {
+    control = {}
+    if CONTROL in named:  # paired: each round's control call over its drop-in call
+        names = [p.name for p in peers]
+        pairs = zip(
+            samples[names.index(CONTROL)], samples[names.index("EmbeddingBags(auto)")], strict=True
+        )
+        control = {"auto_vs_control_paired": statistics.median(c / d for c, d in pairs)}
+    return control | {
         "threads": threads,
         "copy_gb_per_s": copy_gbps,
         "load_avg_1m": [load, os.getloadavg()[0]],
@@ -533,6 +560,9 @@ def peers_setting(
         built = build_peers(st, trace_name)
         peers = built.peers
         errors = check_peers(peers, st.tables, lookups[0])  # the drop-in measures here
+        control = _control(built.dropin, st.tables, lookups)  # on what it measured
+        errors |= check_peers(control, st.tables, lookups[0])
+        peers = peers + control
         n = int(lookups[0].indices.numel())  # the rows at their size, scale and bias included
         nbytes = lookup_bytes(lookups[0], cfg.dim, 1, cfg.num_tables) + n * (
             st.tables.row_bytes - cfg.dim
@@ -563,6 +593,8 @@ def _print_row(row: dict[str, Any]) -> None:
     where = f"{row['config']} / {row['trace']} / {row['dtype']} / {row['threads']} thread(s)"
     load = row["load_avg_1m"][0]
     print(f"{where}: copy {row['copy_gb_per_s']:.1f} GB/s, load {load:.2f}", flush=True)
+    if "auto_vs_control_paired" in row:
+        print(f"  drop-in / {CONTROL}: {row['auto_vs_control_paired']:.2f}x (paired)", flush=True)
     for v in row["variants"]:
         print(
             f"  {v['variant']:34s} {v['ms_per_batch']:8.2f} ms [{v['ms_q1']:.2f}, "

@@ -232,7 +232,7 @@ class BagConcat:
     a weighted ``mean`` is the weighted sum divided by the bag length (as the reference).
     ``pool_parts`` (its ``parts`` trait) pools the per-table inputs a list of
     ``nn.EmbeddingBag`` takes into their dtype, as the drop-in calls it. The copy costs the
-    float tables' bytes once more (368 MiB for ``paper`` capped at 60,000 rows in fp32)."""
+    float tables' bytes once more (352 MiB for ``paper`` capped at 60,000 rows in fp32)."""
 
     name: str
 
