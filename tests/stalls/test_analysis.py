@@ -115,29 +115,35 @@ def test_differential_decomposes_and_sums_to_iteration() -> None:
         "cold": _stats("cold", 3.0, data_wait_s=0.5, exposed_comm_s=1.2),
     }
     d = differential.differential(runs)
-    assert d["compute_s"] == pytest.approx(1.2) and d["contention_s"] == pytest.approx(0.2)
-    assert d["interconnect_stall_s"] == pytest.approx(0.3)
-    assert d["network_stall_s"] == pytest.approx(1.0)
-    assert d["data_prep_stall_s"] == pytest.approx(0.4)
-    assert d["data_fetch_stall_s"] == pytest.approx(0.1)
-    assert d["unexplained_s"] == pytest.approx(0.0)
-    assert "run 'network' - run 'intra'" in d["method"]["network_stall_s"]
+    assert d.compute_s == pytest.approx(1.2) and d.contention_s == pytest.approx(0.2)
+    assert d.interconnect_stall_s == pytest.approx(0.3)
+    assert d.network_stall_s == pytest.approx(1.0)
+    assert d.data_prep_stall_s == pytest.approx(0.4)
+    assert d.data_fetch_stall_s == pytest.approx(0.1)
+    assert d.unexplained_s == pytest.approx(0.0)
+    assert "run 'network' - run 'intra'" in d.method["network_stall_s"]
     c = differential.cross_check(d, differential.direct(runs))
-    assert c["network_stall_s"]["direct_s"] == pytest.approx(0.95)
-    assert c["network_stall_s"]["rel_diff"] == pytest.approx(0.05)
-    assert c["data_stall_s"]["direct_s"] == pytest.approx(0.5)
+    assert c["network_stall_s"].direct_s == pytest.approx(0.95)
+    assert c["network_stall_s"].rel_diff == pytest.approx(0.05)
+    assert c["data_stall_s"].direct_s == pytest.approx(0.5)
 
 
 def test_differential_without_comm_runs_says_not_measured() -> None:
     d = differential.differential({"compute": _stats("compute", 1.0)})
-    assert d["iteration_s"] == 1.0 and d["network_stall_s"] == 0.0
-    assert d["method"]["network_stall_s"].startswith("not measured")
+    assert d.iteration_s == 1.0 and d.network_stall_s == 0.0
+    assert d.method["network_stall_s"].startswith("not measured") and not d.measured(
+        "network_stall_s"
+    )
+    # the direct figures leave out what no run measured, in summary.json too
+    dirc = differential.direct({"compute": _stats("compute", 1.0)})
+    assert dirc.network_stall_s is None and "network_stall_s" not in dirc.to_json()
+    assert differential.cross_check(d, dirc) == {}
 
 
 def test_negative_noise_is_clipped() -> None:
     d = differential.differential({"compute": _stats("compute", 1.0), "warm": _stats("warm", 0.9)})
-    assert d["data_prep_stall_s"] == 0.0
-    assert d["unexplained_s"] == pytest.approx(-0.1)
+    assert d.data_prep_stall_s == 0.0
+    assert d.unexplained_s == pytest.approx(-0.1)
 
 
 @pytest.mark.parametrize(
@@ -212,7 +218,7 @@ def test_each_differential_figure_carries_its_interval() -> None:
         "network": replace(_stats("network", 0.131), iteration_sem_s=None),
     }
     out = differential.differential(runs)
-    half = out["half_width_s"]
+    half = out.half_width_s
     assert half["interconnect_stall_s"] == pytest.approx(1.96 * 0.005)
     assert half["compute_s"] == pytest.approx(1.96 * 0.003)
     assert "network_stall_s" not in half and "iteration_s" not in half

@@ -241,7 +241,29 @@ def _pos(x: float) -> float:
     return max(0.0, x)
 
 
-def differential(runs: Mapping[str, RunStats]) -> dict[str, Any]:
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Differential:
+    """Stalls as differences of consecutive runs' iteration times (seconds per iteration)."""
+
+    iteration_s: float
+    compute_s: float
+    interconnect_stall_s: float
+    network_stall_s: float
+    data_prep_stall_s: float
+    data_fetch_stall_s: float
+    contention_s: float
+    """Slow-down of compute when ranks share the machine (control less compute)."""
+    unexplained_s: float
+    method: Mapping[str, str]
+    """The runs each figure came from, by figure name."""
+    half_width_s: Mapping[str, float]
+    """Half-width of each figure's 95% interval, where its runs' standard errors are known."""
+
+    def measured(self, key: str) -> bool:
+        return not self.method[key].startswith("not measured")
+
+
+def differential(runs: Mapping[str, RunStats]) -> Differential:
     """Stalls as differences of consecutive runs' iteration times (negative noise clipped to 0);
     each figure names the runs it came from, and ``half_width_s`` holds the half-width of its
     95% interval from those runs' standard errors (where both are known)."""
@@ -249,7 +271,7 @@ def differential(runs: Mapping[str, RunStats]) -> dict[str, Any]:
     base = "control" if "control" in t else "compute"
     comm_top = "network" if "network" in t else "intra" if "intra" in t else base
     last = "cold" if "cold" in t else "warm" if "warm" in t else comm_top
-    out: dict[str, Any] = {"iteration_s": t[last], "compute_s": t[base]}
+    out: dict[str, float] = {"iteration_s": t[last], "compute_s": t[base]}
     method = {
         "iteration_s": f"measured: run '{last}'",
         "compute_s": f"measured: run '{base}'"
@@ -281,53 +303,91 @@ def differential(runs: Mapping[str, RunStats]) -> dict[str, Any]:
         else:
             out[key] = 0.0
             method[key] = f"not measured (no run '{hi}'): 0"
-    out["contention_s"] = _pos(t[base] - t["compute"]) if base == "control" else 0.0
-    out["unexplained_s"] = out["iteration_s"] - out["compute_s"] - sum(out[k] for k in STALLS)
-    out["method"] = method
-    out["half_width_s"] = half
-    return out
+    contention = _pos(t[base] - t["compute"]) if base == "control" else 0.0
+    unexplained = out["iteration_s"] - out["compute_s"] - sum(out[k] for k in STALLS)
+    return Differential(**out, contention_s=contention, unexplained_s=unexplained,
+                        method=method, half_width_s=half)  # fmt: skip
 
 
-def direct(runs: Mapping[str, RunStats]) -> dict[str, Any]:
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Direct:
+    """The same stalls from the rank traces alone (seconds per iteration): the last run's
+    figures, and each stall where the runs that show it were made (None otherwise)."""
+
+    run: str
+    iteration_s: float
+    compute_s: float
+    data_stall_s: float
+    exposed_comm_s: float
+    overlapped_comm_s: float
+    backward_s: float
+    buckets: float
+    interconnect_stall_s: float | None = None
+    network_stall_s: float | None = None
+    data_stall_added_s: float | None = None
+    """The last (data) run's data wait beyond the top communication run's."""
+
+    def to_json(self) -> dict[str, Any]:
+        """summary.json's ``direct`` object: the stalls not measured are left out."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def direct(runs: Mapping[str, RunStats]) -> Direct:
     """The same stalls from the traces alone: data wait, and exposed all-reduce time."""
     last = next(n for n in ("cold", "warm", "network", "intra", "control", "compute") if n in runs)
     r = runs[last]
     comm_top = "network" if "network" in runs else "intra" if "intra" in runs else None
-    out: dict[str, Any] = {
-        "run": last,
-        "iteration_s": r.iteration_s,
-        "compute_s": r.compute_s,
-        "data_stall_s": r.data_wait_s,
-        "exposed_comm_s": r.exposed_comm_s,
-        "overlapped_comm_s": r.overlapped_comm_s,
-        "backward_s": r.backward_s,
-        "buckets": r.buckets,
-    }
-    if "intra" in runs:
-        out["interconnect_stall_s"] = runs["intra"].exposed_comm_s
-    if "network" in runs and "intra" in runs:
-        out["network_stall_s"] = _pos(runs["network"].exposed_comm_s - runs["intra"].exposed_comm_s)
+    intra, network = runs.get("intra"), runs.get("network")
+    added = None
     if comm_top is not None and last in ("warm", "cold"):
-        out["data_stall_added_s"] = _pos(r.data_wait_s - runs[comm_top].data_wait_s)
-    return out
+        added = _pos(r.data_wait_s - runs[comm_top].data_wait_s)
+    return Direct(
+        run=last,
+        iteration_s=r.iteration_s,
+        compute_s=r.compute_s,
+        data_stall_s=r.data_wait_s,
+        exposed_comm_s=r.exposed_comm_s,
+        overlapped_comm_s=r.overlapped_comm_s,
+        backward_s=r.backward_s,
+        buckets=r.buckets,
+        interconnect_stall_s=intra.exposed_comm_s if intra is not None else None,
+        network_stall_s=(
+            _pos(network.exposed_comm_s - intra.exposed_comm_s)
+            if network is not None and intra is not None
+            else None
+        ),
+        data_stall_added_s=added,
+    )
 
 
-def cross_check(diff: Mapping[str, Any], dirc: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Agreement:
+    """One stall by both methods, and their difference relative to the larger."""
+
+    differential_s: float
+    direct_s: float
+    rel_diff: float
+
+    @classmethod
+    def of(cls, a: float, b: float) -> Agreement:
+        scale = max(abs(a), abs(b), 1e-12)
+        return cls(differential_s=a, direct_s=b, rel_diff=abs(a - b) / scale)
+
+    def to_json(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def cross_check(diff: Differential, dirc: Direct) -> dict[str, Agreement]:
     """Differential versus direct figure for each stall both methods measured."""
-    pairs = {"interconnect_stall_s": "interconnect_stall_s", "network_stall_s": "network_stall_s"}
     out = {}
-    for key, dkey in pairs.items():
-        if dkey in dirc and not diff["method"][key].startswith("not"):
-            out[key] = _agreement(diff[key], dirc[dkey])
-    if "data_stall_added_s" in dirc:
-        both = diff["data_prep_stall_s"] + diff["data_fetch_stall_s"]
-        out["data_stall_s"] = _agreement(both, dirc["data_stall_added_s"])
+    for key in ("interconnect_stall_s", "network_stall_s"):
+        measured = getattr(dirc, key)
+        if measured is not None and diff.measured(key):
+            out[key] = Agreement.of(getattr(diff, key), measured)
+    if dirc.data_stall_added_s is not None:
+        both = diff.data_prep_stall_s + diff.data_fetch_stall_s
+        out["data_stall_s"] = Agreement.of(both, dirc.data_stall_added_s)
     return out
-
-
-def _agreement(a: float, b: float) -> dict[str, float]:
-    scale = max(abs(a), abs(b), 1e-12)
-    return {"differential_s": a, "direct_s": b, "rel_diff": abs(a - b) / scale}
 
 
 def stats_json(r: RunStats) -> dict[str, Any]:

@@ -329,19 +329,20 @@ def _summary(
         "runs": [differential.stats_json(s) for s in stats.values()],
         "comm_samples": [s.to_json() for s in samples],
     }
+    figures: dict[str, Any] = {k: getattr(diff, k) for k in ("iteration_s", *FIGURES)}
     return StallSummary(
         created_utc=datetime.now(UTC).isoformat(timespec="seconds"),
-        **{k: diff[k] for k in ("iteration_s", *FIGURES)},
-        contention_s=diff["contention_s"],
-        unexplained_s=diff["unexplained_s"],
+        **figures,
+        contention_s=diff.contention_s,
+        unexplained_s=diff.unexplained_s,
         method={
-            **diff["method"],
+            **diff.method,
             "num_layers": layers_method,
             "grad_bytes": "measured: trainable parameter bytes (what DDP all-reduces)",
         },
-        direct=dirc,
-        cross_check=differential.cross_check(diff, dirc),
+        direct=dirc.to_json(),
+        cross_check={k: a.to_json() for k, a in differential.cross_check(diff, dirc).items()},
         skipped=skipped,
-        half_width_s=diff["half_width_s"],
+        half_width_s=diff.half_width_s,
         details=details,
     )
