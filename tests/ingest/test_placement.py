@@ -17,6 +17,7 @@ from recperf.ingest.sim.placement import (
     placement_bound,
     placement_json,
     placement_lp_bound,
+    worker_slots,
 )
 
 FREE = Network()
@@ -155,6 +156,19 @@ def test_place_refuses_more_workers_than_cpus() -> None:
     assert "\n" not in str(info.value)
     with pytest.raises(AllocationRefused, match="single-threaded"):
         place(spec, Allocation(workers=(1, 1, 1, 1, 1, 1), threads=(1, 2, 1, 1, 1, 1)), (8,), FREE)
+
+
+def test_workers_past_the_cpus_have_slots_on_every_node() -> None:
+    """The Ray engine's oversubscribed allocations (workers sharing the CPUs) are placed on
+    slots in proportion to each node's CPUs, rounded up: 17 workers on 2 x 8 CPUs fit."""
+    assert worker_slots((8, 8), 16) == (8, 8)
+    assert worker_slots((8, 8), 17) == (9, 9)
+    assert worker_slots((8, 4), 24) == (16, 8)
+    spec = load_spec("criteo-16")
+    alloc = Allocation(workers=(3, 3, 3, 3, 3, 2))
+    got = place(spec, alloc, worker_slots((8, 8), alloc.total), FREE)
+    assert tuple(sum(row) for row in got) == alloc.workers
+    assert sorted(sum(row[m] for row in got) for m in range(2)) == [8, 9]
 
 
 def test_place_keeps_the_heavy_boundary_on_one_node() -> None:

@@ -13,7 +13,7 @@ from recperf.ingest.raydata import api
 from recperf.ingest.raydata.engine import _remote_args_fn
 from recperf.ingest.raydata.runtime import RayRuntime
 from recperf.ingest.raydata.spec import SpecPipeline, block_rows
-from recperf.ingest.raydata.target import RayTarget
+from recperf.ingest.raydata.target import RayTarget, actor_cpus
 from recperf.ingest.sim.model import PipelineSpec, StageSpec
 
 pytest.importorskip("ray.data")
@@ -44,6 +44,33 @@ def test_over_the_cpus_is_refused_before_ray_runs(ray_runtime: RayRuntime) -> No
         with pytest.raises(AllocationRefused, match="9 workers on 2 logical CPUs"):
             t.measure(Allocation(workers=(5, 4)), 1.0)
         assert t._stream is None and not t.measurements
+
+
+def test_a_placement_refused_leaves_the_running_dataset_running(ray_runtime: RayRuntime) -> None:
+    """A refusal while the next allocation's pools are planned (here the placer's, as a
+    placement past the nodes' slots was before) comes before the running dataset stops, so
+    measuring the running allocation again still delivers (it measured 0 rows/s before)."""
+
+    def placer(a: Allocation) -> tuple[tuple[int, ...], ...] | None:
+        if a.total > 2:
+            raise AllocationRefused(f"{a.total} workers do not fit")
+        return None
+
+    with RayTarget(ray_runtime, SpecPipeline(SPEC, ray_runtime.cpus), placer=placer) as t:
+        first = t.measure(Allocation(workers=(1, 1)), 1.0)
+        with pytest.raises(AllocationRefused, match="3 workers do not fit"):
+            t.measure(Allocation(workers=(2, 1)), 1.0)
+        assert t._stream is not None and not t._stream.closed
+        again = t.measure(Allocation(workers=(1, 1)), 1.0)
+    assert first.throughput_rows_per_s > 0 and again.throughput_rows_per_s > 0
+
+
+def test_workers_ask_ray_for_cpus_that_fit_every_node() -> None:
+    # 17 workers sharing 16 CPUs: 16/17 rounded down to Ray's grain, so all 17 fit
+    assert actor_cpus(16 / 17, (8, 8), None) == 0.9411 and 17 * 0.9411 <= 16
+    assert actor_cpus(1.0, (8, 8), None) == 1.0
+    # placed 9 on a node of 8: no more than 8/9 each there
+    assert actor_cpus(16 / 17, (8, 8), ((5, 4), (4, 4))) == 0.8888
 
 
 def test_plumber_drives_ray_to_the_bound_and_ray_default_is_measured(

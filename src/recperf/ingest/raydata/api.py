@@ -229,7 +229,7 @@ def _spec_run(
     **kw: Any,
 ) -> dict[str, Any]:
     from recperf.ingest.raydata.spec import SpecPipeline
-    from recperf.ingest.sim.placement import Network, place, placement_lp_bound
+    from recperf.ingest.sim.placement import Network, place, placement_lp_bound, worker_slots
 
     network = Network(link_bytes_per_s=link_bytes_per_s)
     pipeline = SpecPipeline(spec, rt.cpus)
@@ -238,7 +238,7 @@ def _spec_run(
     if len(cpus) > 1:
 
         def placer(a: Allocation) -> tuple[tuple[int, ...], ...]:
-            return place(pipeline.spec, a, cpus, network)
+            return place(pipeline.spec, a, worker_slots(cpus, a.total), network)
 
     out = run_pipeline(pipeline, rt, alloc, placer=placer, **kw)
     bound = bound_json(pipeline.spec)

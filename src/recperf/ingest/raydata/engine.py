@@ -142,6 +142,11 @@ class Stream:
                 self.first_s = now - self.started
             self.arrivals.append((now, rows))
 
+    @property
+    def closed(self) -> bool:
+        """Stopped: by ``close`` or at the dataset's end."""
+        return self._it is None
+
     def rows_between(self, a: float, b: float) -> int:
         return sum(r for t, r in self.arrivals if a <= t < b)
 

@@ -30,6 +30,25 @@ Placer = Callable[[Allocation], tuple[tuple[int, ...], ...] | None]
 """Workers per segment per node for an allocation (None: let Ray place them)."""
 OVERSUBSCRIBE = 4
 """The most workers per logical CPU (more share the CPUs, each a fraction of one)."""
+CPU_GRAINS = 10_000
+"""Ray's resolution of fractional resources: an actor's CPU share is rounded down to it, so
+that N actors of 1/N of the CPUs fit (16/17 rounded to the nearest would need 16.0004)."""
+
+
+def actor_cpus(
+    share: float, node_cpus: Sequence[int], place: Sequence[Sequence[int]] | None
+) -> float:
+    """The logical CPUs each worker asks Ray for: its ``share`` of the CPUs, and, where the
+    workers are placed, no more than the most crowded node's CPUs per worker there (placed
+    workers past the CPUs are dealt by node, so one node may hold more per CPU than the whole);
+    rounded down to Ray's grain."""
+    want = share
+    if place is not None:
+        per_node = [sum(row[m] for row in place) for m in range(len(node_cpus))]
+        want = min([want, *(c / n for c, n in zip(node_cpus, per_node, strict=True) if n)])
+    return math.floor(want * CPU_GRAINS + 1e-9) / CPU_GRAINS
+
+
 SUBWINDOWS = 4
 FILL_S = 30.0
 """Seconds after a rebuilt dataset's first output block by which its pools are taken as
@@ -122,7 +141,7 @@ class RayTarget:
     def measure(self, alloc: Allocation, window_s: float) -> Measurement:
         alloc = alloc.normalized(len(self.stage_names))
         self._check(alloc)
-        if alloc != self._current or self._default:
+        if alloc != self._current or self._default or self._stream is None or self._stream.closed:
             self._start(alloc, default=False)
         return self._window(alloc, window_s)
 
@@ -157,6 +176,7 @@ class RayTarget:
                 for a, b in alloc.segments(len(caps))]  # fmt: skip
 
     def _plans(self, alloc: Allocation, default: bool) -> list[OperatorPlan]:
+        """Each segment's pool; may refuse (a placement that does not fit) before Ray runs."""
         segs = alloc.segments(len(self.stage_names))
         # more workers than logical CPUs share them: each holds a share of a CPU and runs that
         # much slower (a spec's sleeps are stretched to match, as the model assumes)
@@ -165,7 +185,7 @@ class RayTarget:
         place = None if default or self.placer is None else self.placer(alloc)
         self.placements[alloc] = place
         caps = self._segment_caps(alloc)
-        cpus = share
+        cpus = actor_cpus(share, self.runtime.node_cpus, place)
         if default:
             caps = [max(1, math.floor(c / cpus)) for c in caps]
         return [
@@ -176,10 +196,11 @@ class RayTarget:
 
     def _start(self, alloc: Allocation, *, default: bool, warmup_s: float = 0.0) -> None:
         """Stop the running dataset, build ``alloc``'s and wait until it is ready."""
+        plans = self._plans(alloc, default)  # a refusal leaves the running dataset as it is
         if self._stream is not None:
             self._stream.close()
         ray = self.runtime.ray
-        ds = build_dataset(ray, self.pipeline.items(), self._plans(alloc, default), self._meter,
+        ds = build_dataset(ray, self.pipeline.items(), plans, self._meter,
                            self.runtime.node_ids)  # fmt: skip
         self._stream = Stream(ds, self.pipeline.consume)
         self._current, self._default = alloc, default

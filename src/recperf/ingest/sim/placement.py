@@ -304,6 +304,16 @@ def placement_lp_bound(
     return placement_bound(spec, node_cpus, network, best[1])
 
 
+def worker_slots(node_cpus: Sequence[int], workers: int) -> tuple[int, ...]:
+    """How many of ``workers`` each node may hold: its CPUs, or where the workers outnumber
+    the CPUs (they then share them, each a fraction of one), its CPUs times that ratio, rounded
+    up so that every worker has a place."""
+    total = sum(node_cpus)
+    if workers <= total:
+        return tuple(node_cpus)
+    return tuple(math.ceil(c * workers / total) for c in node_cpus)
+
+
 def place(
     spec: PipelineSpec, alloc: Allocation, node_cpus: Sequence[int], network: Network
 ) -> tuple[tuple[int, ...], ...]:
