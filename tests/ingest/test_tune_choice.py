@@ -86,3 +86,28 @@ def test_the_interval_of_repeated_windows_takes_their_spread() -> None:
     # one window: its own interval
     log = run({A: [(100.0, (98.0, 102.0), 5)]}, [A])
     assert log.interval(A) == pytest.approx((98.0, 102.0))
+
+
+def test_settle_measures_an_unresolved_challenger_again_until_it_clears() -> None:
+    """Issue 26 (live-2 on Ray): B measured 1.15M rows/s against A's 0.74M, but B's one-window
+    interval reached below A's mean, so A stayed chosen; settling measures both again, and B's
+    two windows (interval from their spread) clear A."""
+    script = {
+        A: [(0.74e6, (0.70e6, 0.78e6), 4), (0.75e6, (0.71e6, 0.79e6), 4)],
+        B: [(1.15e6, (0.60e6, 1.70e6), 4), (1.14e6, (0.80e6, 1.48e6), 4)],
+    }
+    log = run(script, [A, B])
+    assert log.best() == A
+    log.settle()
+    assert log.best() == B and log.count(A) == log.count(B) == 2
+
+
+def test_settle_stops_at_the_budget_and_measures_nothing_without_intervals() -> None:
+    log = run({A: [(100.0, NAN2, 1)], B: [(101.0, NAN2, 1)]}, [A, B])
+    log.settle()
+    assert log.count(A) == log.count(B) == 1  # the simulator's choice, unchanged
+    script = {A: [(0.74e6, (0.70e6, 0.78e6), 4)], B: [(1.15e6, (0.60e6, 1.70e6), 4)]}
+    tight = TuneLog(Scripted(script), budget_s=2.0, window_s=1.0)
+    assert tight.measure(A) is not None and tight.measure(B) is not None
+    tight.settle()  # no budget left: nothing measured, the incumbent stays
+    assert tight.best() == A and tight.count(B) == 1

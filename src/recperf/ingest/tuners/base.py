@@ -305,6 +305,20 @@ class TuneLog:
         assert incumbent is not None
         return incumbent
 
+    def settle(self, rounds: int = 2) -> None:
+        """Where the allocation measured fastest has not cleared the incumbent (its interval
+        reaches below the incumbent's mean), measure the two again, the faster first, while the
+        budget allows, at most ``rounds`` more windows each: from two windows an interval also
+        holds their spread, so the choice rests on more than one window's sub-window noise
+        (on Ray, 4 sub-windows of a few blocks each). Without intervals nothing is measured."""
+        for _ in range(rounds):
+            if not self._sums:
+                return
+            chosen = self.best()
+            top = max(self._sums, key=lambda a: (self.mean_throughput(a), -a.total))
+            if top == chosen or self.measure(top) is None or self.measure(chosen) is None:
+                return
+
     def _clears(self, a: Allocation, incumbent: Allocation) -> bool:
         """``a`` (higher mean) may replace ``incumbent``: no intervals to judge by, or ``a``'s
         interval lies above the incumbent's mean."""

@@ -64,4 +64,5 @@ class Plumber:
             refined = self._solve(target, log.measurements)
             if refined != alloc:
                 log.measure(refined)
+        log.settle()
         return log.result(self.name, pick_inflight(log, log.best()))
