@@ -296,7 +296,8 @@ class EmbeddingBags(nn.Module):
         if self.training and torch.is_grad_enabled():
             raise ConfigError(TRAIN_REFUSED)
         group = self._groups[0]
-        if self._plain and group.parts and per_sample_weights is None and not self.config.debug:
+        if (self._plain and group.parts and not group.pending and per_sample_weights is None
+                and not self.config.debug):  # fmt: skip
             plain = plain_parts(indices, offsets, self._ends, self._dev)
             if plain is not None:  # the common case in a few checks, no TBE layout, no casts
                 with torch.no_grad():
