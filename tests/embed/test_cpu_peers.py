@@ -6,8 +6,8 @@ JSON."""
 
 from __future__ import annotations
 
-import importlib.util
 import html
+import importlib.util
 import json
 import re
 import sys
