@@ -295,15 +295,17 @@ class TuneLog:
         if not self._sums:
             raise ConfigError("the tuning budget allowed no measurement; raise budget_s")
 
-        def key(a: Allocation) -> tuple[float, int, int]:
-            return (self._sums[a][0] / self._sums[a][1], -a.total, -len(a.workers))
-
+        key = self._rank
         incumbent: Allocation | None = None
         for a in self._sums:  # first-measured order; strictly greater keeps max()'s choice
             if incumbent is None or (key(a) > key(incumbent) and self._clears(a, incumbent)):
                 incumbent = a
         assert incumbent is not None
         return incumbent
+
+    def _rank(self, a: Allocation) -> tuple[float, int, int]:
+        """Higher mean first; ties to fewer workers, then fewer segments."""
+        return (self.mean_throughput(a), -a.total, -len(a.workers))
 
     def settle(self, rounds: int = 2) -> None:
         """Where the allocation measured fastest has not cleared the incumbent (its interval
@@ -315,7 +317,7 @@ class TuneLog:
             if not self._sums:
                 return
             chosen = self.best()
-            top = max(self._sums, key=lambda a: (self.mean_throughput(a), -a.total))
+            top = max(self._sums, key=self._rank)
             if top == chosen or self.measure(top) is None or self.measure(chosen) is None:
                 return
 
