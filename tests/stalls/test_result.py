@@ -69,3 +69,22 @@ def test_breakdown_and_sample_round_trip() -> None:
     s = CommSample(grad_bytes=1e6, buckets=2, ranks=4, nodes=2, bandwidth_bytes_per_s=1e9,
                    seconds=0.01)  # fmt: skip
     assert CommSample.from_json(s.to_json()) == s
+
+
+def test_per_rank_rows_and_the_slowest_rank_keep_their_json_keys() -> None:
+    from recperf.stalls.result import RankMeans, SlowestRank
+    from recperf.stalls.trace.breakdown import MEAN_KEYS, slowest_rank
+
+    def row(rank: int, median_s: float) -> RankMeans:
+        means = dict.fromkeys(MEAN_KEYS, 1.0)
+        return RankMeans(rank=rank, source=f"r{rank}.json", host=None, iterations=3,
+                         iteration_median_s=median_s, **means)  # fmt: skip
+
+    rows = [row(0, 1.0), row(1, 3.0), row(2, 2.0)]
+    assert list(rows[0].to_json()) == ["rank", "source", "host", "iterations",
+                                       "iteration_median_s", *MEAN_KEYS]  # fmt: skip
+    slow = slowest_rank(rows)
+    assert isinstance(slow, SlowestRank)
+    assert slow.to_json() == {"rank": 1, "iteration_median_s": 3.0, "others_median_s": 1.5,
+                              "margin_s": 1.5, "margin_frac": 1.0}  # fmt: skip
+    assert slowest_rank(rows[:1]) is None

@@ -155,3 +155,49 @@ class StallSummary:
             details={k: v for k, v in data.items() if k not in OWN_KEYS and k not in frac},
             **values,
         )
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RankMeans:
+    """One rank's means over its iterations (a row of summary.json's ``per_rank``); a mean is
+    None when some iteration did not record its figure."""
+
+    rank: int
+    source: str
+    host: str | None
+    iterations: int
+    iteration_median_s: float
+    iteration_s: float | None
+    data_wait_s: float | None
+    compute_s: float | None
+    exposed_comm_s: float | None
+    overlapped_comm_s: float | None
+    comm_busy_s: float | None
+    collectives: float | None
+    allreduces: float | None
+    comm_bytes: float | None
+    allreduce_bytes: float | None
+    flops: float | None
+    backward_s: float | None
+    gpu_compute_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The row as summary.json has it (every key, in field order)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class SlowestRank:
+    """The rank with the largest median iteration time and its margin over the median of the
+    others' medians (summary.json's ``slowest_rank``)."""
+
+    rank: int
+    iteration_median_s: float
+    others_median_s: float
+    margin_s: float
+    margin_frac: float
+    """``margin_s`` over ``others_median_s`` (NaN when that is 0)."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The object as summary.json has it."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

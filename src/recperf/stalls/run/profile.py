@@ -276,7 +276,7 @@ def torch_trace_figures(paths: Sequence[Path]) -> dict[str, float]:
         rows.append(breakdown.rank_means(trace, breakdown.iteration_figures(trace)))
     out = {}
     for key, name in (*((k, k) for k in TORCH_TRACE_KEYS), ("allreduces", "buckets")):
-        values = [r[key] for r in rows]
+        values = [getattr(r, key) for r in rows]
         out[name] = math.nan if None in values else statistics.fmean(values)
     return out
 

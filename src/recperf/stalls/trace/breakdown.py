@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from recperf.stalls.result import StallBreakdown, StallSummary
+from recperf.stalls.result import RankMeans, SlowestRank, StallBreakdown, StallSummary
 from recperf.stalls.trace.intervals import (
     Interval,
     clip,
@@ -228,31 +228,25 @@ def _mean(figs: Sequence[StallBreakdown], key: str) -> float | None:
     return statistics.fmean(float(v) for v in values if v is not None)
 
 
-def rank_means(trace: RankTrace, figs: Sequence[StallBreakdown]) -> dict[str, Any]:
+def rank_means(trace: RankTrace, figs: Sequence[StallBreakdown]) -> RankMeans:
     """One rank's means over its iterations, plus its median iteration time."""
-    row: dict[str, Any] = {"rank": trace.rank, "source": trace.source, "host": trace.host}
-    row["iterations"] = len(figs)
-    row["iteration_median_s"] = statistics.median(f.iteration_s for f in figs)
-    for key in MEAN_KEYS:
-        row[key] = _mean(figs, key)
-    return row
+    means = {key: _mean(figs, key) for key in MEAN_KEYS}
+    return RankMeans(rank=trace.rank, source=trace.source, host=trace.host, iterations=len(figs),
+                     iteration_median_s=statistics.median(f.iteration_s for f in figs),
+                     **means)  # fmt: skip
 
 
-def slowest_rank(rows: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+def slowest_rank(rows: Sequence[RankMeans]) -> SlowestRank | None:
     """The rank with the largest median iteration time and its margin over the others'
     median; None with one rank."""
     if len(rows) < 2:
         return None
-    worst = max(rows, key=lambda r: r["iteration_median_s"])
-    others = statistics.median(r["iteration_median_s"] for r in rows if r is not worst)
-    margin = worst["iteration_median_s"] - others
-    return {
-        "rank": worst["rank"],
-        "iteration_median_s": worst["iteration_median_s"],
-        "others_median_s": others,
-        "margin_s": margin,
-        "margin_frac": margin / others if others > 0 else math.nan,
-    }
+    worst = max(rows, key=lambda r: r.iteration_median_s)
+    others = statistics.median(r.iteration_median_s for r in rows if r is not worst)
+    margin = worst.iteration_median_s - others
+    return SlowestRank(rank=worst.rank, iteration_median_s=worst.iteration_median_s,
+                       others_median_s=others, margin_s=margin,
+                       margin_frac=margin / others if others > 0 else math.nan)  # fmt: skip
 
 
 def nodes_of(traces: Sequence[RankTrace], world: int, rpn: int | None) -> tuple[int, str]:
@@ -284,12 +278,13 @@ def summarise(
     nodes, nodes_how = nodes_of(traces, world, ranks_per_node)
 
     def mean(key: str) -> float | None:
-        values = [r[key] for r in rows]
+        values = [getattr(r, key) for r in rows]
         return None if None in values else statistics.fmean(values)
 
     exposed = mean("exposed_comm_s") or 0.0
     spans = nodes > 1
     grad, layers, flops = mean("allreduce_bytes"), mean("allreduces"), mean("flops")
+    slow = slowest_rank(rows)
     details = {
         "traces": [t.source for t in traces],
         "workload": first.meta.get("workload"),
@@ -308,11 +303,11 @@ def summarise(
         "num_layers": round(layers) if layers else None,
         "flops_per_iter": flops if flops else None,
         "backward_s": mean("backward_s"),
-        "per_rank": rows,
+        "per_rank": [r.to_json() for r in rows],
         "iterations": {
             str(t.rank): [b.to_json() for b in f] for t, f in zip(traces, figs, strict=True)
         },
-        "slowest_rank": slowest_rank(rows),
+        "slowest_rank": slow.to_json() if slow is not None else None,
     }
     direct = {k: mean(k) for k in DIRECT}
     direct["data_stall_s"] = direct.pop("data_wait_s")
