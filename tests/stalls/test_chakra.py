@@ -21,7 +21,12 @@ from recperf.core.errors import ConfigError
 from recperf.stalls.run import differential, runner
 from recperf.stalls.run.spec import RunSpec
 from recperf.stalls.trace.chakra import Iteration, backward_segments, build_nodes, pick_run
-from recperf.stalls.trace.chakra_schema import decode_trace, encode_trace, message_class
+from recperf.stalls.trace.chakra_schema import (
+    EtTrace,
+    decode_trace,
+    encode_trace,
+    message_class,
+)
 
 cli = CliRunner()
 DATA = Path(__file__).parent.parent / "data" / "chakra"
@@ -159,8 +164,8 @@ def test_graph_by_hand() -> None:
     ]
     assert nodes[2].attrs == {"is_cpu_op": False, "iteration": 5, "bucket": 0,
                               "comm_type": 0, "comm_size": 400}  # fmt: skip
-    version, meta, back = decode_trace(encode_trace({"rank": 3, "run": "x"}, nodes))
-    assert (version, meta, back) == ("1.0.0", {"rank": 3, "run": "x"}, nodes)
+    back = decode_trace(encode_trace({"rank": 3, "run": "x"}, nodes))
+    assert back == EtTrace(version="1.0.0", metadata={"rank": 3, "run": "x"}, nodes=tuple(nodes))
 
 
 def test_waiting_backward_has_no_tail() -> None:
@@ -234,7 +239,7 @@ def test_chakra_generated_classes_read_the_files(
     meta = pb.GlobalMetadata.FromString(raw[0])
     assert meta.version == "1.0.0"
     nodes = [pb.Node.FromString(f) for f in raw[1:]]
-    ours = decode_trace((out / "recperf.1.et").read_bytes())[2]
+    ours = decode_trace((out / "recperf.1.et").read_bytes()).nodes
     assert [(n.id, n.name, pb.NodeType.Name(n.type), tuple(n.data_deps), n.duration_micros)
             for n in nodes] == [(n.id, n.name, n.type, n.data_deps, n.duration_micros)
                                 for n in ours]  # fmt: skip

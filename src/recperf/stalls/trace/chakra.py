@@ -45,9 +45,21 @@ class Iteration:
     """Each all-reduce bucket: (launched, completed, bytes), by launch time."""
 
 
-def read_rank(path: Path) -> tuple[list[Iteration], dict[str, Any]]:
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RankRead:
+    """What the export takes from one rank trace."""
+
+    iterations: tuple[Iteration, ...]
+    """The timed iterations, in order."""
+    grad_bytes: int
+    """Trainable parameter bytes (the trace's ``recperf.grad_bytes``)."""
+    flops_per_iter: float
+    """FLOPs of one iteration (the trace's ``recperf.flops_per_iter``)."""
+
+
+def read_rank(path: Path) -> RankRead:
     """The timed iterations of one rank trace (read with ``run.differential``, either trace
-    format) and the trace's ``recperf`` metadata."""
+    format) and the figures of its ``recperf`` metadata the export writes."""
     from recperf.stalls.run import differential
 
     trace = differential.load_trace(path)
@@ -78,7 +90,9 @@ def read_rank(path: Path) -> tuple[list[Iteration], dict[str, Any]]:
         ))  # fmt: skip
     if not out:
         raise ConfigError(f"{path}: the rank trace has no timed iterations")
-    return out, dict(trace["recperf"])
+    meta = trace["recperf"]
+    return RankRead(iterations=tuple(out), grad_bytes=int(meta["grad_bytes"]),
+                    flops_per_iter=float(meta["flops_per_iter"]))  # fmt: skip
 
 
 def backward_segments(it: Iteration) -> tuple[list[Span], Span | None]:
@@ -214,7 +228,7 @@ def pick_run(profile: Path, run: str | None) -> Path:
     return runs / wanted[0]
 
 
-def _check_ranks(paths: Sequence[Path], ranks: Sequence[list[Iteration]]) -> None:
+def _check_ranks(paths: Sequence[Path], ranks: Sequence[Sequence[Iteration]]) -> None:
     """Every rank must issue the same collectives, or a simulator replaying them deadlocks."""
     first = [[n for _, _, n in it.comm] for it in ranks[0]]
     for path, its in zip(paths[1:], ranks[1:], strict=True):
@@ -242,7 +256,7 @@ def export_chakra(profile: Path, out: Path, config: ExportConfig) -> ChakraExpor
         raise ConfigError(f"{absent[0]}: missing ({len(paths) - len(absent)} of {spec.ranks} "
                           "rank traces present)")  # fmt: skip
     loaded = [read_rank(p) for p in paths]
-    ranks = [its for its, _ in loaded]
+    ranks = [r.iterations for r in loaded]
     _check_ranks(paths, ranks)
     blobs, results = [], []
     for r, its in enumerate(ranks):
@@ -252,8 +266,8 @@ def export_chakra(profile: Path, out: Path, config: ExportConfig) -> ChakraExpor
             "workload": spec.workload, "rank": r, "world_size": spec.ranks,
             "nodes": spec.nodes, "bandwidth": spec.bandwidth or "", "device": spec.device,
             "iterations": len(its), "source": str(paths[r]),
-            "grad_bytes": int(loaded[r][1]["grad_bytes"]),
-            "flops_per_iteration": float(loaded[r][1]["flops_per_iter"]),
+            "grad_bytes": loaded[r].grad_bytes,
+            "flops_per_iteration": loaded[r].flops_per_iter,
         }  # fmt: skip
         blobs.append(encode_trace(meta, nodes))
         comp = [n for n in nodes if n.type == "COMP_NODE"]

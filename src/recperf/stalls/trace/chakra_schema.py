@@ -30,6 +30,9 @@ COMM_COLL_NODE = NODE_TYPES.index("COMM_COLL_NODE")
 ALL_REDUCE = COMM_TYPES.index("ALL_REDUCE")
 
 AttrValue = bool | int | float | str
+AttrRead = AttrValue | bytes | list[AttrValue | bytes] | None
+"""An attribute as read back: any of Chakra's scalar kinds, a ``<kind>_list``'s values, or None
+when no value is set."""
 LIST_KINDS = ("double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64",
               "fixed32", "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes")  # fmt: skip
 """AttributeProto's value kinds in field order: ``<kind>_val`` is field 3 + 2i, ``<kind>_list``
@@ -185,8 +188,19 @@ def encode_trace(metadata: Mapping[str, AttrValue], nodes: Sequence[EtNode]) -> 
     return encode_message(meta) + b"".join(encode_message(node_message(n)) for n in nodes)
 
 
-def _attr_values(attrs: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+@dataclass(kw_only=True, slots=True, frozen=True)
+class EtTrace:
+    """A decoded ``.et`` file (ours or Chakra's)."""
+
+    version: str
+    """``GlobalMetadata.version``."""
+    metadata: Mapping[str, AttrRead]
+    """``GlobalMetadata``'s attributes by name."""
+    nodes: tuple[EtNode, ...]
+
+
+def _attr_values(attrs: Any) -> dict[str, AttrRead]:
+    out: dict[str, AttrRead] = {}
     for a in attrs:
         kind: str | None = a.WhichOneof("value")
         value: Any = getattr(a, kind) if kind else None
@@ -203,8 +217,8 @@ def _plain(m: Any) -> EtNode:
     )  # fmt: skip
 
 
-def decode_trace(data: bytes, source: str = "<bytes>") -> tuple[str, dict[str, Any], list[EtNode]]:
-    """(version, metadata attributes, nodes) of a ``.et`` file's bytes (ours or Chakra's)."""
+def decode_trace(data: bytes, source: str = "<bytes>") -> EtTrace:
+    """The version, metadata attributes and nodes of a ``.et`` file's bytes (ours or Chakra's)."""
     frames = list(split_messages(data, source))
     if not frames:
         raise ConfigError(f"{source}: empty: no GlobalMetadata message")
@@ -213,11 +227,11 @@ def decode_trace(data: bytes, source: str = "<bytes>") -> tuple[str, dict[str, A
         msgs = [message_class("Node").FromString(f) for f in frames[1:]]
     except Exception as exc:  # protobuf's DecodeError has no stable import path
         raise ConfigError(f"{source}: not a Chakra execution trace: {exc}") from None
-    nodes = [_plain(m) for m in msgs]
-    return str(meta.version), _attr_values(meta.attr), nodes
+    nodes = tuple(_plain(m) for m in msgs)
+    return EtTrace(version=str(meta.version), metadata=_attr_values(meta.attr), nodes=nodes)
 
 
-def read_trace(path: Path) -> tuple[str, dict[str, Any], list[EtNode]]:
+def read_trace(path: Path) -> EtTrace:
     """``decode_trace`` of the file at ``path``."""
     try:
         data = path.read_bytes()
