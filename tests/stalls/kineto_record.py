@@ -6,6 +6,7 @@ and ``OUT/meta.json`` (gradient bytes, sleep, steps)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -59,6 +60,8 @@ def _rank(rank: int, out: Path, port: int) -> None:
             opt.zero_grad(set_to_none=True)
             prof.step()
     dist.barrier()
+    del model, opt, prof  # DDP's reducer goes before the process group it uses
+    gc.collect()
     dist.destroy_process_group()
     if rank == 0:
         meta = {"grad_bytes": grad, "sleep_s": SLEEP_S, "active_steps": ACTIVE, "world": WORLD}

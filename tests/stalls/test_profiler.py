@@ -148,9 +148,15 @@ for _ in range(2):  # DDP settles its buckets after the first iteration
             ddp_timed(x).sum().backward()
 same = all(torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), timed.parameters()))
 trace = prof.trace(rank)
+comm = prof.records[-1].comm
+# as recperf.stalls.run.rank ends: both ranks done, then DDP's reducers go before their group
+# (a rank that destroyed the group under a live reducer aborted: "terminate called without an
+# active exception", exit -6, once in CI)
+dist.barrier()
+del ddp_plain, ddp_timed, prof
+import gc; gc.collect()
 dist.destroy_process_group()
 if rank == 0:
-    comm = prof.records[-1].comm
     out = {"same": same, "buckets": len(comm), "bytes": sum(n for _, _, n in comm),
            "info": trace["distributedInfo"]}
     open(sys.argv[1], "w").write(json.dumps(out))
