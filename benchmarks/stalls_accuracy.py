@@ -418,7 +418,7 @@ def analyze_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     for direct in summary["runs"]:
         run_dir = root / "analyze" / "runs" / direct["name"]
         t0 = time.perf_counter()
-        traced = analyze_paths(sorted(run_dir.glob("torch_rank*.json")))
+        traced = analyze_paths(sorted(run_dir.glob("torch_rank*.json"))).to_json()
         row: dict[str, Any] = {"run": direct["name"], "analyze_s": time.perf_counter() - t0}
         for key in ANALYZE_KEYS:
             a, d = traced[key], direct[key]

@@ -39,7 +39,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 
 @pytest.fixture(scope="module")
 def nccl() -> dict[str, Any]:
-    return analyze_paths([NCCL])
+    return analyze_paths([NCCL]).to_json()
 
 
 def _doc(path: Path) -> dict[str, Any]:
@@ -51,7 +51,7 @@ def test_gloo_ddp_iterations_match_the_injected_sleep_and_gradient_bytes(
     recorded: tuple[Path, dict[str, Any]],
 ) -> None:
     traces, meta = recorded
-    s = analyze_paths(find_traces([traces]))
+    s = analyze_paths(find_traces([traces])).to_json()
     assert (s["ranks"], s["world_size"], s["backend"], s["device"]) == (2, 2, "gloo", "cpu")
     for its in s["iterations"].values():
         assert [f["step"] for f in its] == [1, 2, 3, 4]  # ProfilerStep#N after one warm-up
@@ -66,7 +66,7 @@ def test_gloo_ddp_iterations_match_the_injected_sleep_and_gradient_bytes(
     assert s["interconnect_stall_s"] == s["exposed_comm_s"] and s["network_stall_s"] == 0.0
     assert s["data_prep_stall_s"] == 0.0 and "cannot split" in s["method"]["data_fetch_stall_s"]
     # DDP broadcasts its rebuilt buckets in the first step only: afterwards all bytes are grads
-    later = analyze_paths(find_traces([traces]), skip_steps=1)
+    later = analyze_paths(find_traces([traces]), skip_steps=1).to_json()
     assert later["comm_bytes"] == meta["grad_bytes"] and later["iters"] == 3
     slow = s["slowest_rank"]
     medians = {r["rank"]: r["iteration_median_s"] for r in s["per_rank"]}
@@ -76,7 +76,7 @@ def test_gloo_ddp_iterations_match_the_injected_sleep_and_gradient_bytes(
 def test_ranks_per_node_makes_exposed_comm_a_network_stall(
     recorded: tuple[Path, dict[str, Any]],
 ) -> None:
-    s = analyze_paths(find_traces([recorded[0]]), ranks_per_node=1)
+    s = analyze_paths(find_traces([recorded[0]]), ranks_per_node=1).to_json()
     assert s["nodes"] == 2 and s["interconnect_stall_s"] == 0.0
     assert s["network_stall_s"] == s["exposed_comm_s"] > 0
     assert "--ranks-per-node 1" in s["method"]["network_stall_s"]
@@ -88,7 +88,7 @@ def test_gzipped_and_plain_traces_read_alike(
     plain = find_traces([recorded[0]])
     for p in plain:  # gzip is found by its magic bytes, whatever the name
         (tmp_path / (p.name + ".gz")).write_bytes(gzip.compress(p.read_bytes()))
-    a, b = analyze_paths(plain), analyze_paths(find_traces([tmp_path]))
+    a, b = analyze_paths(plain).to_json(), analyze_paths(find_traces([tmp_path])).to_json()
     assert a["iterations"] == b["iterations"]
 
 
@@ -124,7 +124,7 @@ def test_nccl_gpu_trace_places_kernels_by_correlation(nccl: dict[str, Any]) -> N
 
 
 def test_two_sampled_ranks_of_a_128_gpu_job() -> None:
-    s = analyze_paths(find_traces([SAMPLED]), ranks_per_node=8)
+    s = analyze_paths(find_traces([SAMPLED]), ranks_per_node=8).to_json()
     assert (s["ranks"], s["world_size"], s["nodes"]) == (2, 128, 16)
     assert [r["rank"] for r in s["per_rank"]] == [0, 1]
     assert s["network_stall_s"] == s["exposed_comm_s"] > 0 and s["interconnect_stall_s"] == 0
@@ -171,7 +171,7 @@ def _own_trace(path: Path) -> RunSpec:
 def test_recperf_own_traces_give_the_direct_figures(tmp_path: Path) -> None:
     spec = _own_trace(tmp_path / "rank0.json")
     direct = differential.run_stats_from_files(spec, [tmp_path / "rank0.json"])
-    s = analyze_paths([tmp_path / "rank0.json"])
+    s = analyze_paths([tmp_path / "rank0.json"]).to_json()
     assert s["iters"] == 2  # the warm-up iteration is dropped, as the direct analysis does
     for key in ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "comm_busy_s",
                 "overlapped_comm_s", "backward_s"):  # fmt: skip
@@ -203,7 +203,7 @@ def test_version_1_traces_read_as_the_current_format(tmp_path: Path) -> None:
     doc = _doc(tmp_path / "rank0.json")
     prof.records = _records()
     v1 = _write(tmp_path / "v1" / "rank0.json", _version_1(prof, doc["recperf"]))
-    old, new = analyze_paths([v1]), analyze_paths([tmp_path / "rank0.json"])
+    old, new = analyze_paths([v1]).to_json(), analyze_paths([tmp_path / "rank0.json"]).to_json()
     assert new["iters"] == old["iters"] == 2
     for key in ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "backward_s",
                 "comm_busy_s", "grad_bytes", "num_layers"):  # fmt: skip
@@ -271,4 +271,4 @@ def test_find_traces_takes_a_recperf_run_directorys_own_traces(tmp_path: Path) -
     assert find_traces([tmp_path]) == [tmp_path / "rank0.json"]
     with pytest.raises(ConfigError, match="no trace files"):
         find_traces([])
-    assert not math.isnan(analyze_paths(find_traces([tmp_path]))["compute_frac"])
+    assert not math.isnan(analyze_paths(find_traces([tmp_path])).to_json()["compute_frac"])

@@ -105,7 +105,7 @@ def test_two_jobs_a_day_apart_are_not_two_ranks(tmp_path: Path) -> None:
         "(86,399 s apart, no overlap): ranks of one run train at the same time; these are two "
         "jobs"
     )
-    assert analyze_paths([R0, R1])["ranks"] == 2  # the same job's ranks still read
+    assert analyze_paths([R0, R1]).to_json()["ranks"] == 2  # the same job's ranks still read
 
 
 def _own(path: Path, rank: int, run: str) -> Path:
@@ -129,4 +129,4 @@ def test_ranks_of_two_recperf_runs(tmp_path: Path) -> None:
         f"{b}: run 'network', but {a} has run 'intra': the traces of two runs, not two ranks of one"
     )
     same = _own(tmp_path / "c.json", 1, "intra")
-    assert analyze_paths([a, same])["ranks"] == 2
+    assert analyze_paths([a, same]).to_json()["ranks"] == 2

@@ -141,11 +141,39 @@ def _rendezvous(
                              threads=config.threads_per_rank, run_id=f"recperf-{name}")  # fmt: skip
 
 
-def run_once(
-    config: LaunchConfig, run_dir: Path, net: netem.EmulatedNetwork | None
-) -> dict[str, Any]:
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RunRecord:
+    """How one run of the command went (``exit.json``'s keys, plus the traces it wrote)."""
+
+    name: str
+    nodes: int
+    command: tuple[str, ...]
+    """The command as run (its program resolved to an absolute path)."""
+    cwd: str
+    ranks: int
+    exit_codes: tuple[int, ...]
+    wall_s: float
+    traces: tuple[str, ...]
+    """The trace files, relative to the run's directory."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The run's object in summary.json's ``runs`` (before its figures)."""
+        return {"name": self.name, "nodes": self.nodes, "command": list(self.command),
+                "cwd": self.cwd, "ranks": self.ranks, "exit_codes": list(self.exit_codes),
+                "wall_s": self.wall_s, "traces": list(self.traces)}  # fmt: skip
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class LaunchRun:
+    """One run of the command: the analysis of its traces and how it went."""
+
+    analysis: StallSummary
+    run: RunRecord
+
+
+def run_once(config: LaunchConfig, run_dir: Path, net: netem.EmulatedNetwork | None) -> LaunchRun:
     """Run the command once (on ``net``'s machines, else all on loopback), then analyse the
-    traces it wrote; return that analysis plus how the run went (also in ``exit.json``)."""
+    traces it wrote; return that analysis and how the run went (also in ``exit.json``)."""
     nodes = len(net.nodes) if net is not None else 1
     run_dir = run_dir.resolve()
     traces = run_dir / "traces"
@@ -189,9 +217,11 @@ def run_once(
 
     paths = kineto.find_traces([traces])
     analysis = kineto.analyze_paths(paths, ranks_per_node=per_node, skip_steps=config.skip_steps)
-    record["traces"] = [str(p.relative_to(run_dir)) for p in paths]
-    write_json(run_dir / "analysis.json", analysis)
-    return {**analysis, "run": record}
+    write_json(run_dir / "analysis.json", analysis.to_json())
+    run = RunRecord(name=run_dir.name, nodes=nodes, command=tuple(cmd), cwd=record["cwd"],
+                    ranks=config.ranks, exit_codes=tuple(codes), wall_s=record["wall_s"],
+                    traces=tuple(str(p.relative_to(run_dir)) for p in paths))  # fmt: skip
+    return LaunchRun(analysis=analysis, run=run)
 
 
 def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) -> StallSummary:
@@ -206,7 +236,7 @@ def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) ->
         skipped["network"] = f"{why}; ran at one node only"
         nodes = 1
     plan = [("local", 1)] + ([("network", nodes)] if nodes > 1 else [])
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, LaunchRun] = {}
     with netem.machines(nodes, config.bandwidth) as net:
         for i, (name, m) in enumerate(plan):
             if progress is not None:
@@ -219,35 +249,35 @@ def launch(config: LaunchConfig, out: Path, progress: Progress | None = None) ->
     return summary
 
 
-def exposed_comm_s(analysis: Mapping[str, Any]) -> float:
+def exposed_comm_s(analysis: StallSummary) -> float:
     """Communication nothing overlapped, per iteration: the interconnect and network stalls
     the trace analysis found (at one node, all of it is interconnect)."""
-    return float(analysis["interconnect_stall_s"]) + float(analysis["network_stall_s"])
+    return analysis.interconnect_stall_s + analysis.network_stall_s
 
 
 def _network(
-    local: Mapping[str, Any], top: Mapping[str, Any]
+    local: LaunchRun, top: LaunchRun
 ) -> tuple[dict[str, float], dict[str, str], dict[str, float], dict[str, dict[str, float]]]:
     """(figures, methods, direct figures, cross-check) of the network stall from the local and
     the M-node run: by difference of iteration times, and directly from exposed communication."""
-    diff = max(0.0, top["iteration_s"] - local["iteration_s"])
-    dirc = max(0.0, exposed_comm_s(top) - exposed_comm_s(local))
+    diff = max(0.0, top.analysis.iteration_s - local.analysis.iteration_s)
+    dirc = max(0.0, exposed_comm_s(top.analysis) - exposed_comm_s(local.analysis))
     figures = {
-        "compute_s": float(local["compute_s"]),
-        "interconnect_stall_s": exposed_comm_s(local),
+        "compute_s": local.analysis.compute_s,
+        "interconnect_stall_s": exposed_comm_s(local.analysis),
         "network_stall_s": diff,
     }
     method = {
         "compute_s": "direct: run 'local' (all ranks on one node), iteration less data "
         "wait and exposed communication",
         "interconnect_stall_s": "direct: exposed communication in run 'local'",
-        "network_stall_s": f"differential: run 'network' ({top['run']['nodes']} nodes) - "
+        "network_stall_s": f"differential: run 'network' ({top.run.nodes} nodes) - "
         "run 'local' (1 node), iteration time",
     }
     direct = {
         "network_stall_s": dirc,
-        "local_exposed_comm_s": exposed_comm_s(local),
-        "network_exposed_comm_s": exposed_comm_s(top),
+        "local_exposed_comm_s": exposed_comm_s(local.analysis),
+        "network_exposed_comm_s": exposed_comm_s(top.analysis),
     }
     cross = {"differential_s": diff, "direct_s": dirc,
              "rel_diff": abs(diff - dirc) / max(diff, dirc, 1e-12)}  # fmt: skip
@@ -255,14 +285,14 @@ def _network(
 
 
 def combine(
-    config: LaunchConfig, results: Mapping[str, Mapping[str, Any]], skipped: Mapping[str, str]
+    config: LaunchConfig, results: Mapping[str, LaunchRun], skipped: Mapping[str, str]
 ) -> StallSummary:
     """The summary: the top run's figures (the M-node one when it ran), with the network stall
     by difference of the two runs and directly, cross-checked, in ``profile``'s shape."""
     local = results["local"]
     top = results.get("network", local)
-    analysis = StallSummary.from_json({k: v for k, v in top.items() if k != "run"}, "launch")
-    figures = {k: float(top[k]) for k in ("iteration_s", *FIGURES)}
+    analysis = top.analysis
+    figures = {k: float(getattr(analysis, k)) for k in ("iteration_s", *FIGURES)}
     method = {k: str(v) for k, v in analysis.method.items()}
     direct = dict(analysis.direct)
     cross: dict[str, dict[str, float]] = {}
@@ -273,14 +303,14 @@ def combine(
     details = {
         **analysis.details,
         "command": list(config.command),
-        "cwd": top["run"]["cwd"],
+        "cwd": top.run.cwd,
         "ranks": config.ranks,
-        "nodes": top["run"]["nodes"],
+        "nodes": top.run.nodes,
         "bandwidth": config.bandwidth if networked else None,
         "bandwidth_bits_per_s": netem.parse_bandwidth(config.bandwidth) if networked else None,
         "threads_per_rank": config.threads_per_rank,
         "runs": [
-            dict(r["run"]) | {k: r.get(k) for k in ("iteration_s", *FIGURES)}
+            r.run.to_json() | {k: getattr(r.analysis, k) for k in ("iteration_s", *FIGURES)}
             for r in results.values()
         ],
     }

@@ -1,6 +1,6 @@
 """Reads torch.profiler (Kineto) Chrome traces as any training script writes them, one file per
 rank (``.json`` or gzipped), CPU (gloo) or GPU (NCCL), and recperf's own rank traces, into
-``breakdown.RankTrace``; ``analyze_paths`` turns them into the stall summary.
+``breakdown.RankTrace``; ``analyze_paths`` turns them into the ``StallSummary``.
 
     summary = analyze_paths(find_traces([Path("traces/")]), ranks_per_node=8, skip_steps=1)
 
@@ -19,6 +19,7 @@ from typing import Any, TypeGuard
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
+from recperf.stalls.result import StallSummary
 from recperf.stalls.trace.breakdown import Comm, RankTrace, Step, iteration_figures, summarise
 from recperf.stalls.trace.check import Span, check_one_run, check_order, check_ranks
 from recperf.stalls.trace.files import find_traces, read_trace
@@ -380,7 +381,7 @@ def load_rank_traces(paths: Sequence[Path]) -> list[RankTrace]:
 
 def analyze_paths(
     paths: Sequence[Path], *, ranks_per_node: int | None = None, skip_steps: int = 0
-) -> dict[str, Any]:
+) -> StallSummary:
     """Load one trace per rank and return the stall summary (``breakdown.summarise``)."""
     if ranks_per_node is not None:
         check_range("ranks_per_node", ranks_per_node, 1, None)
@@ -395,4 +396,4 @@ def analyze_paths(
                 f"{len(t.steps)} iteration(s)"
             )
         figs.append(f)
-    return summarise(traces, figs, ranks_per_node=ranks_per_node, skip_steps=skip_steps).to_json()
+    return summarise(traces, figs, ranks_per_node=ranks_per_node, skip_steps=skip_steps)
