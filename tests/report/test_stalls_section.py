@@ -94,6 +94,22 @@ def test_data_equals_the_summary(quick: tuple[Section, list[float], dict[str, An
     json.dumps(data, allow_nan=False)  # report.json-ready as it stands
 
 
+def test_the_torch_trace_comparison_keeps_its_keys(
+    quick: tuple[Section, list[float], dict[str, Any]],
+) -> None:
+    section, _, summary = quick
+    traced = section.data["torch_trace_analysis"]
+    assert set(traced) == {"run", "iterations", "figures", "exposed_method"}
+    assert traced["run"] == summary["runs"][-1]["name"] and traced["iterations"] == 2
+    figs = traced["figures"]
+    assert set(figs) == {"iteration_s", "data_wait_s", "compute_s", "exposed_comm_s",
+                         "overlapped_comm_s"}  # fmt: skip
+    scale = figs["iteration_s"]["direct"]
+    for f in figs.values():
+        assert set(f) == {"analyze", "direct", "diff_of_iteration"}
+        assert f["diff_of_iteration"] == pytest.approx((f["analyze"] - f["direct"]) / scale)
+
+
 def test_model_and_advice_equal_a_direct_fit(
     quick: tuple[Section, list[float], dict[str, Any]],
 ) -> None:

@@ -34,10 +34,10 @@ from recperf.report.section import (
 from recperf.report.stalls_figures import pareto_figure
 from recperf.stalls.cost.advisor import Advice
 from recperf.stalls.model.comm import LEVEL, PARAMS, CommModel
-from recperf.stalls.result import STALLS
+from recperf.stalls.result import STALLS, StallSummary
 from recperf.stalls.run import netem
 from recperf.stalls.run.profile import ProfileConfig
-from recperf.stalls.study import Study, conclude, study
+from recperf.stalls.study import Study, TracedFigures, conclude, study
 
 KEY = "stalls"
 TITLE = "Distributed-training stalls"
@@ -126,16 +126,17 @@ def _jsonable(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def section_from_summary(
-    summary: Mapping[str, Any], traced: Mapping[str, Any] | None = None, traced_note: str = ""
+    summary: Mapping[str, Any], traced: TracedFigures | None = None, traced_note: str = ""
 ) -> Section:
-    """The section for a finished profile's summary (as ``profile`` returns it), and
-    ``traced_figures``' comparison when the runs captured torch.profiler traces."""
-    return section_from_study(conclude(summary, traced, traced_note))
+    """The section for a finished profile's summary.json object, and ``traced_figures``'
+    comparison when the runs captured torch.profiler traces."""
+    return section_from_study(conclude(StallSummary.from_json(summary), traced, traced_note))
 
 
 def section_from_study(found: Study) -> Section:
     """The section drawing a study's results."""
-    summary, traced, model, advice = found.summary, found.traced, found.model, found.advice
+    summary, traced = found.summary.to_json(), found.traced
+    model, advice = found.model, found.advice
     data = {
         "setup": {k: summary.get(k) for k in SETUP},
         "figures": {k: summary[k] for k in SCALARS},
@@ -149,7 +150,7 @@ def section_from_study(found: Study) -> Section:
         "comm_model_rel_rmse": None if model is None else model.rel_rmse,
         "comm_model_fit": None if model is None else model.to_json(),
         "advice": None if advice is None else advice.to_json(),
-        "torch_trace_analysis": None if traced is None else dict(traced),
+        "torch_trace_analysis": None if traced is None else traced.to_json(),
     }
     figs = [figure_html(f"{KEY}-breakdown", _breakdown_figure(summary), _BREAKDOWN_NOTE)]
     if model is not None:
@@ -257,17 +258,17 @@ def _cross_check_table(cross: Mapping[str, Mapping[str, float]]) -> str:
     return table_html(header, rows, caption=caption)
 
 
-def _traced_table(traced: Mapping[str, Any]) -> str:
+def _traced_table(traced: TracedFigures) -> str:
     rows = [
-        [key.removesuffix("_s"), _ms(f["analyze"]), _ms(f["direct"]),
-         _ms(f["analyze"] - f["direct"]), _pct(f["diff_of_iteration"])]
-        for key, f in traced["figures"].items()
+        [key.removesuffix("_s"), _ms(f.analyze_s), _ms(f.direct_s),
+         _ms(f.analyze_s - f.direct_s), _pct(f.diff_of_iteration)]
+        for key, f in traced.figures.items()
     ]  # fmt: skip
     caption = (
-        f"recperf stalls analyze on the torch.profiler traces of run '{traced['run']}' "
-        f"({traced['iterations']} iterations per rank) against the direct instrumentation of "
+        f"recperf stalls analyze on the torch.profiler traces of run '{traced.run}' "
+        f"({traced.iterations} iterations per rank) against the direct instrumentation of "
         f"the same iterations (ms per iteration; the difference also as a share of the "
-        f"iteration). Exposed communication from the trace: {traced['exposed_method']}; the "
+        f"iteration). Exposed communication from the trace: {traced.exposed_method}; the "
         f"direct figure counts from the last bucket's launch, so time the thread spends inside "
         f"earlier buckets' launch calls is compute there and communication here."
     )

@@ -5,7 +5,7 @@ a sentence saying why. The report renders a ``Study``; it runs nothing itself.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from recperf.core.errors import RecperfError
 from recperf.stalls.cost.advisor import Advice, AdvisorConfig, advise
 from recperf.stalls.model.comm import PRIOR, CommModel, CommSample
 from recperf.stalls.model.fit import fit
+from recperf.stalls.result import StallSummary
 from recperf.stalls.run.profile import ProfileConfig, profile
 from recperf.stalls.trace.facade import StallAnalysis
 
@@ -30,12 +31,47 @@ TRACED = ("iteration_s", "data_wait_s", "compute_s", "exposed_comm_s", "overlapp
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
+class TracedFigure:
+    """One figure per iteration as ``stalls analyze`` reads it from the torch.profiler traces,
+    and as the direct instrumentation measured it in the same iterations."""
+
+    analyze_s: float
+    direct_s: float
+    diff_of_iteration: float
+    """(analyze - direct) over the direct iteration time."""
+
+    def to_json(self) -> dict[str, float]:
+        """The figure's object in ``torch_trace_analysis.figures``."""
+        return {"analyze": self.analyze_s, "direct": self.direct_s,
+                "diff_of_iteration": self.diff_of_iteration}  # fmt: skip
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class TracedFigures:
+    """``stalls analyze`` on one run's torch.profiler traces beside its direct figures."""
+
+    run: str
+    iterations: int
+    """Timed iterations per rank the traces hold (the first ones of the run)."""
+    figures: Mapping[str, TracedFigure]
+    """By figure name, in TRACED's order."""
+    exposed_method: str
+    """How the traces' exposed communication was measured."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's ``torch_trace_analysis`` object."""
+        return {"run": self.run, "iterations": self.iterations,
+                "figures": {k: f.to_json() for k, f in self.figures.items()},
+                "exposed_method": self.exposed_method}  # fmt: skip
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
 class Study:
     """What one study found; a ``*_note`` says why its part is missing (empty when present)."""
 
-    summary: Mapping[str, Any]
-    """The profile's summary.json (``StallSummary.to_json``)."""
-    traced: Mapping[str, Any] | None = None
+    summary: StallSummary
+    """The profile's summary."""
+    traced: TracedFigures | None = None
     """``traced_figures``' comparison, when the runs captured torch.profiler traces."""
     traced_note: str = ""
     model: CommModel | None = None
@@ -48,25 +84,25 @@ def study(
     config: ProfileConfig, out: Path, progress: Callable[[float, str], None] | None = None
 ) -> Study:
     """Profile ``config`` into ``out``, read its torch.profiler traces, fit and advise."""
-    summary = profile(config, out, progress=progress).to_json()
+    summary = profile(config, out, progress=progress)
     traced, traced_note = traced_figures(out, summary)
     return conclude(summary, traced, traced_note)
 
 
 def conclude(
-    summary: Mapping[str, Any], traced: Mapping[str, Any] | None = None, traced_note: str = ""
+    summary: StallSummary, traced: TracedFigures | None = None, traced_note: str = ""
 ) -> Study:
     """The fit and the advice for a finished profile's summary."""
-    model, model_note = fit_model(summary["comm_samples"])
+    model, model_note = fit_model(summary)
     advice, advice_note = run_advisor(summary, model)
     return Study(summary=summary, traced=traced, traced_note=traced_note, model=model,
                  model_note=model_note, advice=advice, advice_note=advice_note)  # fmt: skip
 
 
-def traced_figures(out: Path, summary: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def traced_figures(out: Path, summary: StallSummary) -> tuple[TracedFigures | None, str]:
     """``stalls analyze`` on the torch.profiler traces of the profile's last run, beside the
     direct instrumentation of the same iterations (its own rank traces); or None and why."""
-    name = str(summary["runs"][-1]["name"])
+    name = str(summary.details["runs"][-1]["name"])
     run_dir = out / "runs" / name
     paths = sorted(run_dir.glob("torch_rank*.json"))
     if not paths:
@@ -84,16 +120,18 @@ def traced_figures(out: Path, summary: Mapping[str, Any]) -> tuple[dict[str, Any
     }
     scale = max(direct_mean["iteration_s"], 1e-12)  # tiny figures: relative error is noise
     rows = {
-        key: {"analyze": float(traced[key]), "direct": d,
-              "diff_of_iteration": (float(traced[key]) - d) / scale}
+        key: TracedFigure(analyze_s=float(traced[key]), direct_s=d,
+                          diff_of_iteration=(float(traced[key]) - d) / scale)
         for key, d in direct_mean.items()
     }  # fmt: skip
     method = traced["method"]["network_stall_s" if traced["nodes"] > 1 else "interconnect_stall_s"]
-    return {"run": name, "iterations": k, "figures": rows, "exposed_method": method}, ""
+    return TracedFigures(run=name, iterations=k, figures=rows, exposed_method=str(method)), ""
 
 
-def fit_model(samples: Sequence[Mapping[str, Any]]) -> tuple[CommModel | None, str]:
-    """The all-reduce model fitted to the profile's microbenchmark, or None and why not."""
+def fit_model(summary: StallSummary) -> tuple[CommModel | None, str]:
+    """The all-reduce model fitted to the profile's microbenchmark (its ``comm_samples``), or
+    None and why not."""
+    samples = summary.details.get("comm_samples", [])
     try:
         parsed = [CommSample(**s) for s in samples]
         hold = LATENCY_HOLD if len({s.ranks for s in parsed}) < 2 else {}
@@ -106,12 +144,12 @@ def fit_model(samples: Sequence[Mapping[str, Any]]) -> tuple[CommModel | None, s
         )
 
 
-def run_advisor(summary: Mapping[str, Any], model: CommModel | None) -> tuple[Advice | None, str]:
+def run_advisor(summary: StallSummary, model: CommModel | None) -> tuple[Advice | None, str]:
     """The advisor's advice for the profiled workload, or None and why not."""
-    samples = EPOCH_SAMPLES.get(str(summary.get("workload")), DEFAULT_EPOCH_SAMPLES)
+    samples = EPOCH_SAMPLES.get(str(summary.details.get("workload")), DEFAULT_EPOCH_SAMPLES)
     try:
         return advise(
-            summary, AdvisorConfig(budget_h=BUDGET_H, epoch_samples=samples), model=model
+            summary.to_json(), AdvisorConfig(budget_h=BUDGET_H, epoch_samples=samples), model=model
         ), ""
     except RecperfError as exc:
         return None, f"The cloud advisor could not run on this profile: {exc}"
