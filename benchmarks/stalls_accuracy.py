@@ -28,7 +28,7 @@ from typing import Any
 from recperf.stalls.model.comm import CommSample, exposed_stall_s
 from recperf.stalls.model.fit import fit
 from recperf.stalls.run import netem, runner
-from recperf.stalls.run.differential import run_stats
+from recperf.stalls.run.differential import run_stats_from_files
 from recperf.stalls.run.profile import ProfileConfig, profile
 from recperf.stalls.run.spec import RunSpec
 
@@ -115,8 +115,8 @@ def overhead_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         order = (False, True) if rep % 2 == 0 else (True, False)
         for instrument in order:
             spec = _spec(args, "instrumented" if instrument else "plain", instrument=instrument)
-            traces = runner.launch(spec, root / "overhead" / spec.name)
-            times[instrument] = run_stats(spec, traces).iteration_median_s
+            paths = runner.launch(spec, root / "overhead" / spec.name)
+            times[instrument] = run_stats_from_files(spec, paths).iteration_median_s
         plain_s.append(times[False])
         inst_s.append(times[True])
         ratios.append(times[True] / times[False])
@@ -307,7 +307,7 @@ def data_stall_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     out = {}
     for delay in (0.0, args.delay_ms):
         spec = _spec(args, f"delay{delay:g}", delay_ms=delay)
-        out[delay] = run_stats(spec, runner.launch(spec, root / "delay" / spec.name))
+        out[delay] = run_stats_from_files(spec, runner.launch(spec, root / "delay" / spec.name))
     injected = args.delay_ms / 1e3
     direct = out[args.delay_ms].data_wait_s - out[0.0].data_wait_s
     differential = out[args.delay_ms].iteration_s - out[0.0].iteration_s

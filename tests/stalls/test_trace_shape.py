@@ -31,7 +31,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     out = tmp_path_factory.mktemp("shape") / "intra"
     spec = RunSpec(name="intra", workload="mlp", workload_options={"features": 8, "hidden": [16]},
                    ranks=2, iters=ITERS, warmup=WARMUP, batch_size=8, delay_ms=2.0)  # fmt: skip
-    return out, runner.launch(spec, out)
+    return out, [json.loads(p.read_text()) for p in runner.launch(spec, out)]
 
 
 def _x(trace: dict[str, Any]) -> list[dict[str, Any]]:

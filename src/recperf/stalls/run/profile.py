@@ -195,7 +195,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
             if spec.data == "real":
                 (runner.warm if spec.cache == "warm" else runner.evict)(files)
             run_dir = out / "runs" / spec.name
-            traces = runner.launch(spec, run_dir, net)
+            traces = [differential.load_trace(p) for p in runner.launch(spec, run_dir, net)]
             stats[spec.name] = differential.run_stats(spec, traces)
             loads[spec.name] = host_load()
             if spec.torch_trace_iters:
@@ -252,8 +252,8 @@ def bandwidth_samples(network: RunSpec, bandwidths: tuple[str, ...], out: Path) 
         spec = replace(network, name=f"network-{bandwidth}", bandwidth=bandwidth, iters=1,
                        warmup=0, torch_trace_iters=0)  # fmt: skip
         with netem.machines(network.nodes, bandwidth) as net:
-            traces = runner.launch(spec, out / "runs" / spec.name, net)
-        samples += differential.comm_samples(spec, traces)
+            paths = runner.launch(spec, out / "runs" / spec.name, net)
+        samples += differential.comm_samples(spec, [differential.load_trace(p) for p in paths])
     return samples
 
 

@@ -6,7 +6,6 @@ rank traces. A failed or hung rank stops the whole run with its log's last lines
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -16,7 +15,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from recperf.core.errors import RecperfError
 from recperf.stalls.run.netem import EmulatedNetwork
@@ -117,11 +115,10 @@ def _rank_env(spec: RunSpec, rank: int, addr: str, port: int, ifname: str) -> di
     return {**os.environ, **torchrun_env(rdzv, rank)}
 
 
-def launch(
-    spec: RunSpec, run_dir: Path, net: EmulatedNetwork | None = None
-) -> list[dict[str, Any]]:
-    """Run ``spec`` with its ranks as local processes; return the rank traces in rank order.
-    ``net`` (required when ``spec.nodes > 1``) holds the emulated nodes."""
+def launch(spec: RunSpec, run_dir: Path, net: EmulatedNetwork | None = None) -> list[Path]:
+    """Run ``spec`` with its ranks as local processes; return the rank trace files in rank order
+    (read them with ``differential.load_trace``). ``net`` (required when ``spec.nodes > 1``)
+    holds the emulated nodes."""
     if spec.nodes > 1 and (net is None or len(net.nodes) != spec.nodes):
         raise RunError(f"run {spec.name}: {spec.nodes} nodes need an emulated network of as many")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -143,7 +140,7 @@ def launch(
         envs.append(_rank_env(spec, rank, addr, port, ifname))
         logs.append(run_dir / f"rank{rank}.log")
     run_processes(f"run {spec.name}", commands, envs, logs, spec.timeout_s)
-    return [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(spec.ranks)]
+    return [run_dir / f"rank{r}.json" for r in range(spec.ranks)]
 
 
 def run_processes(
