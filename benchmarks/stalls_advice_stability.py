@@ -22,7 +22,7 @@ from typing import Any
 
 from recperf.report import stalls_section as st
 from recperf.stalls import study
-from recperf.stalls.cost.advisor import AdvisorConfig, advise
+from recperf.stalls.cost.advisor import AdvisorConfig, ProfileSummary, advise
 from recperf.stalls.model.comm import CommModel
 from recperf.stalls.study import BUDGET_H, EPOCH_SAMPLES
 
@@ -52,7 +52,7 @@ def one_run() -> dict[str, Any]:
     fit = data["comm_model_fit"]
     model = None if fit is None else CommModel.from_json(fit)
     config = AdvisorConfig(budget_h=BUDGET_H, epoch_samples=EPOCH_SAMPLES["dlrm"])
-    old_rec = advise(old, config, model=model).recommendation
+    old_rec = advise(ProfileSummary.from_mapping(old), config, model=model).recommendation
     return {
         "section_wall_s": wall,
         "host_load_1min": summary.get("host_load_1min"),

@@ -17,7 +17,7 @@ from recperf.report import stalls_section as st
 from recperf.report.builder import SECTIONS
 from recperf.report.ingest_section import ingest_section
 from recperf.report.section import FIGURE_CLASS, Section
-from recperf.stalls.cost.advisor import AdvisorConfig, advise
+from recperf.stalls.cost.advisor import AdvisorConfig, ProfileSummary, advise
 from recperf.stalls.model.comm import PARAMS, CommSample
 from recperf.stalls.model.fit import fit
 from recperf.stalls.result import STALLS
@@ -121,7 +121,11 @@ def test_model_and_advice_equal_a_direct_fit(
     assert model.unmeasured == ("net_efficiency", "beta_net_s_per_byte")  # one machine
     assert section.data["comm_model_rel_rmse"] == model.rel_rmse
     assert section.data["comm_model_samples"] == 6
-    advice = advise(summary, AdvisorConfig(budget_h=2.0, epoch_samples=1_000_000), model=model)
+    advice = advise(
+        ProfileSummary.from_mapping(summary),
+        AdvisorConfig(budget_h=2.0, epoch_samples=1_000_000),
+        model=model,
+    )
     expected = _jsonable(advice.to_json())
     assert section.data["advice"] == expected
     rec = expected["recommendation"]

@@ -21,6 +21,7 @@ from recperf.stalls.cost.advisor import (
     DEFAULT_MODEL,
     Advice,
     AdvisorConfig,
+    ProfileSummary,
     advise,
     comm_seconds,
     predict_candidate,
@@ -48,6 +49,10 @@ def summary(**overrides: Any) -> dict[str, Any]:
     }  # fmt: skip
     base.update(overrides)
     return base
+
+
+def profile(**overrides: Any) -> ProfileSummary:
+    return ProfileSummary.from_mapping(summary(**overrides))
 
 
 def model(net_efficiency: float = 1.0, beta_net: float = 0.0) -> CommModel:
@@ -79,9 +84,9 @@ def test_comm_seconds_matches_hand_computation(
 def test_single_rank_has_no_communication() -> None:
     assert comm_seconds(DEFAULT_MODEL, 1e9, 50, 1, 1, math.inf, 0.0) == 0.0
     config = AdvisorConfig(budget_h=10, epoch_samples=1_000_000)
-    one = predict_candidate(summary(), INSTANCES["p3.2xlarge"], 1, GPUS, DEFAULT_MODEL, config)
+    one = predict_candidate(profile(), INSTANCES["p3.2xlarge"], 1, GPUS, DEFAULT_MODEL, config)
     assert (one.gpus_total, one.comm_s, one.exposed_comm_s) == (1, 0.0, 0.0)
-    two = predict_candidate(summary(), INSTANCES["p3.2xlarge"], 2, GPUS, DEFAULT_MODEL, config)
+    two = predict_candidate(profile(), INSTANCES["p3.2xlarge"], 2, GPUS, DEFAULT_MODEL, config)
     assert two.comm_s > 0
 
 
@@ -94,7 +99,7 @@ def test_flop_based_compute(
 ) -> None:
     config = AdvisorConfig(budget_h=10, epoch_samples=10**6, efficiency=efficiency,
                            precision=precision)  # fmt: skip
-    cand = predict_candidate(summary(), INSTANCES[instance], 1, GPUS, DEFAULT_MODEL, config)
+    cand = predict_candidate(profile(), INSTANCES[instance], 1, GPUS, DEFAULT_MODEL, config)
     assert cand.compute_s == pytest.approx(1e12 / (peak_tflops * 1e12 * efficiency))
     assert cand.compute_method == "FLOPs / (datasheet peak x efficiency)"
 
@@ -112,7 +117,7 @@ def test_measured_cuda_compute_scales_by_peak_ratio(
     device_name: str, measured: str, instance: str, target: float, precision: str
 ) -> None:
     config = AdvisorConfig(budget_h=10, epoch_samples=10**6, precision=precision)
-    prof = summary(device="cuda", device_name=device_name)
+    prof = profile(device="cuda", device_name=device_name)
     cand = predict_candidate(prof, INSTANCES[instance], 1, GPUS, DEFAULT_MODEL, config)
     gpu = GPUS[measured]
     peak = gpu.fp32_tflops if precision == "fp32" else gpu.tensor_fp16_tflops
@@ -122,7 +127,7 @@ def test_measured_cuda_compute_scales_by_peak_ratio(
 
 def test_unknown_cuda_device_falls_back_to_flops() -> None:
     config = AdvisorConfig(budget_h=10, epoch_samples=10**6)
-    prof = summary(device="cuda", device_name="Some Future GPU")
+    prof = profile(device="cuda", device_name="Some Future GPU")
     cand = predict_candidate(prof, INSTANCES["p4d.24xlarge"], 1, GPUS, DEFAULT_MODEL, config)
     assert cand.compute_s == pytest.approx(1e12 / (19.5e12 * 0.4))
 
@@ -130,7 +135,7 @@ def test_unknown_cuda_device_falls_back_to_flops() -> None:
 def test_candidate_adds_up_by_hand() -> None:
     config = AdvisorConfig(budget_h=2, epoch_samples=1_000_000, epochs=3)
     fitted = model(net_efficiency=1.5, beta_net=1e-12)
-    prof = summary(backward_s=None)  # missing backward: 2/3 of compute
+    prof = profile(backward_s=None)  # missing backward: 2/3 of compute
     cand = predict_candidate(prof, INSTANCES["p4d.24xlarge"], 2, GPUS, fitted, config)
     compute = 1e12 / (19.5e12 * 0.4)
     comm = 10 * (50e-6 + 30 * 25e-6) + 30 / 16 * 1e8 * (1.5 / 50e9 + 1e-12)
@@ -150,11 +155,11 @@ def test_candidate_adds_up_by_hand() -> None:
 
 @pytest.mark.parametrize("quantile", [0.1, 0.5, 0.9])
 def test_advise_picks_cheapest_within_budget(quantile: float) -> None:
-    probe = advise(summary(), AdvisorConfig(budget_h=1e9, epoch_samples=10**8, max_instances=4))
+    probe = advise(profile(), AdvisorConfig(budget_h=1e9, epoch_samples=10**8, max_instances=4))
     hours = sorted(c.total_h for c in probe.candidates)
     budget = hours[int(quantile * (len(hours) - 1))]
     config = AdvisorConfig(budget_h=budget, epoch_samples=10**8, max_instances=4)
-    advice = advise(summary(), config)
+    advice = advise(profile(), config)
     assert len(advice.candidates) == len(INSTANCES) * 4
     within = [c for c in advice.candidates if c.total_h <= budget]
     best = min(c.cost_usd for c in within)
@@ -165,14 +170,14 @@ def test_advise_picks_cheapest_within_budget(quantile: float) -> None:
 
 
 def test_impossible_budget_has_no_recommendation() -> None:
-    advice = advise(summary(), AdvisorConfig(budget_h=1e-9, epoch_samples=10**8))
+    advice = advise(profile(), AdvisorConfig(budget_h=1e-9, epoch_samples=10**8))
     assert advice.recommendation is None
     assert not any(c.meets_budget for c in advice.candidates)
     assert advice.to_json()["recommendation"] is None
 
 
 def test_pareto_is_sorted_and_non_dominated() -> None:
-    advice = advise(summary(), AdvisorConfig(budget_h=5, epoch_samples=10**8))
+    advice = advise(profile(), AdvisorConfig(budget_h=5, epoch_samples=10**8))
     front = advice.pareto
     assert len(front) >= 2
     assert all(a.total_h < b.total_h and a.cost_usd > b.cost_usd
@@ -191,7 +196,7 @@ def test_pareto_is_sorted_and_non_dominated() -> None:
 def test_memory_infeasible_instances_are_skipped() -> None:
     # 5 GiB of parameters x (1 + 3) = 20 GiB: the 16 GiB types cannot hold it
     config = AdvisorConfig(budget_h=5, epoch_samples=10**7, max_instances=2)
-    advice = advise(summary(param_bytes=5 * 2**30), config)
+    advice = advise(profile(param_bytes=5 * 2**30), config)
     small = {name for name, i in INSTANCES.items() if i.gpu_mem_gib < 20}
     assert small == {"p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "g4dn.xlarge", "g4dn.12xlarge"}
     assert {name for name, _ in advice.skipped} == small
@@ -200,7 +205,7 @@ def test_memory_infeasible_instances_are_skipped() -> None:
     assert len(advice.candidates) == (len(INSTANCES) - len(small)) * 2
     assert advice.setups_skipped == len(small) * 2
     with pytest.raises(ConfigError, match="enough GPU memory"):
-        advise(summary(param_bytes=100 * 2**30), config)
+        advise(profile(param_bytes=100 * 2**30), config)
 
 
 @pytest.mark.parametrize(
@@ -211,7 +216,7 @@ def test_missing_summary_key_is_named(key: str) -> None:
     prof = summary()
     del prof[key]
     with pytest.raises(ConfigError, match=f"'{key}' missing"):
-        advise(prof, AdvisorConfig(budget_h=1, epoch_samples=1000))
+        advise(ProfileSummary.from_mapping(prof), AdvisorConfig(budget_h=1, epoch_samples=1000))
 
 
 @pytest.mark.parametrize(
@@ -223,12 +228,12 @@ def test_missing_summary_key_is_named(key: str) -> None:
 )  # fmt: skip
 def test_bad_summary_value_is_named(key: str, value: Any, why: str) -> None:
     with pytest.raises(ConfigError, match=f"'{key}'.*{why}"):
-        advise(summary(**{key: value}), AdvisorConfig(budget_h=1, epoch_samples=1000))
+        advise(profile(**{key: value}), AdvisorConfig(budget_h=1, epoch_samples=1000))
 
 
 def test_cpu_profile_without_flops_is_rejected() -> None:
     with pytest.raises(ConfigError, match="no FLOP count"):
-        advise(summary(flops_per_iter=0), AdvisorConfig(budget_h=1, epoch_samples=1000))
+        advise(profile(flops_per_iter=0), AdvisorConfig(budget_h=1, epoch_samples=1000))
 
 
 @pytest.mark.parametrize(
@@ -247,7 +252,7 @@ def test_unknown_gpu_model_is_named() -> None:
     odd = Instance(instance="x1.big", gpus=8, gpu_model="B200", gpu_mem_gib=192,
                    intra_node_link="nvlink4", network_gbps=3200, usd_per_hour=99)  # fmt: skip
     with pytest.raises(ConfigError, match=r"'x1\.big'.*'B200'.*known: A100"):
-        advise(summary(), AdvisorConfig(budget_h=1, epoch_samples=1000), instances=[odd])
+        advise(profile(), AdvisorConfig(budget_h=1, epoch_samples=1000), instances=[odd])
 
 
 def test_user_catalog_csv(tmp_path: Path) -> None:
@@ -255,7 +260,7 @@ def test_user_catalog_csv(tmp_path: Path) -> None:
     rows = ["box1,1,A100,80,none,100,2.0", "box4,4,H100,80,nvlink4,400,20.0"]
     path.write_text(",".join(INSTANCE_COLUMNS) + "\n" + "\n".join(rows) + "\n")
     config = AdvisorConfig(budget_h=1e6, epoch_samples=10**6, max_instances=3)
-    advice = advise(summary(), config, instances=load_instances(path))
+    advice = advise(profile(), config, instances=load_instances(path))
     assert sorted({(c.instance, c.count) for c in advice.candidates}) == [
         (name, n) for name in ("box1", "box4") for n in (1, 2, 3)
     ]
@@ -266,7 +271,7 @@ def test_user_catalog_csv(tmp_path: Path) -> None:
 
 
 def test_to_json_and_html(tmp_path: Path) -> None:
-    advice = advise(summary(), AdvisorConfig(budget_h=5, epoch_samples=10**8, max_instances=3))
+    advice = advise(profile(), AdvisorConfig(budget_h=5, epoch_samples=10**8, max_instances=3))
     data = json.loads(json.dumps(advice.to_json()))
     assert data["candidates_evaluated"] == len(INSTANCES) * 3
     assert (data["budget_h"], data["epochs"], data["epoch_samples"]) == (5, 1.0, 10**8)
@@ -294,10 +299,14 @@ def _profile_run(differential_ms: float, direct_ms: tuple[float, float]) -> dict
     )  # fmt: skip
 
 
+def _profile(differential_ms: float, direct_ms: tuple[float, float]) -> ProfileSummary:
+    return ProfileSummary.from_mapping(_profile_run(differential_ms, direct_ms))
+
+
 def test_two_identical_advise_runs_recommend_the_same_setup() -> None:
     config = AdvisorConfig(budget_h=2.0, epoch_samples=45_840_617)
     fitted = _noisy_model()
-    first, second = (advise(_profile_run(54.1, (3.0, 2.6)), config, model=fitted) for _ in "ab")
+    first, second = (advise(_profile(54.1, (3.0, 2.6)), config, model=fitted) for _ in "ab")
     assert first.to_json() == second.to_json()
 
 
@@ -307,13 +316,13 @@ def test_the_noisy_differential_data_stall_does_not_move_the_recommendation() ->
     # compute the first made g4dn.xlarge x 2 the choice, the second x 1
     config = AdvisorConfig(budget_h=2.0, epoch_samples=45_840_617)
     picks = []
-    for run in (_profile_run(54.1, (3.0, 2.6)), _profile_run(0.0, (2.6, 2.1))):
+    for run in (_profile(54.1, (3.0, 2.6)), _profile(0.0, (2.6, 2.1))):
         advice = advise(run, config, model=_noisy_model())
         assert advice.recommendation is not None
         picks.append((advice.recommendation.instance, advice.recommendation.count))
         assert "direct: the training loop's measured wait" in advice.data_stall_method
     assert picks[0] == picks[1] == ("g4dn.xlarge", 1)
-    one = advise(_profile_run(54.1, (3.0, 2.6)), config).candidates[0]
+    one = advise(_profile(54.1, (3.0, 2.6)), config).candidates[0]
     assert (one.data_stall_s, one.total_low_h <= one.total_h < one.total_high_h) == (2.6e-3, True)
 
 
@@ -333,13 +342,13 @@ def _noisy_model() -> CommModel:
 
 def test_a_setup_whose_interval_straddles_the_budget_is_marked() -> None:
     fitted = _noisy_model()
-    probe = advise(summary(), AdvisorConfig(budget_h=1e9, epoch_samples=10**8), model=fitted)
+    probe = advise(profile(), AdvisorConfig(budget_h=1e9, epoch_samples=10**8), model=fitted)
     c = next(c for c in probe.candidates if c.count == 4 and c.comm_high_s > c.comm_low_s)
     assert c.total_low_h < c.total_h < c.total_high_h
     for budget, expected in ((c.total_h, "may miss"), (c.total_high_h * 1.01, "meets"),
                              (c.total_low_h * 0.99, "misses")):  # fmt: skip
         config = AdvisorConfig(budget_h=budget, epoch_samples=10**8)
-        again = next(x for x in advise(summary(), config, model=fitted).candidates
+        again = next(x for x in advise(profile(), config, model=fitted).candidates
                      if (x.instance, x.count) == (c.instance, c.count))  # fmt: skip
         assert again.verdict == expected
     assert verdict(1.0, 3.0, 2.0) == "may miss" and verdict(1.0, 2.0, 2.0) == "meets"
@@ -347,9 +356,9 @@ def test_a_setup_whose_interval_straddles_the_budget_is_marked() -> None:
 
 def test_recommendation_prefers_a_sure_setup_to_a_cheaper_unsure_one() -> None:
     fitted = _noisy_model()
-    probe = advise(summary(), AdvisorConfig(budget_h=1e9, epoch_samples=10**8), model=fitted)
+    probe = advise(profile(), AdvisorConfig(budget_h=1e9, epoch_samples=10**8), model=fitted)
     budget = sorted(c.total_h for c in probe.candidates)[len(probe.candidates) // 2]
-    advice = advise(summary(), AdvisorConfig(budget_h=budget, epoch_samples=10**8), model=fitted)
+    advice = advise(profile(), AdvisorConfig(budget_h=budget, epoch_samples=10**8), model=fitted)
     rec = advice.recommendation
     assert rec is not None and rec.verdict == "meets"
     sure = [c for c in advice.candidates if c.total_high_h <= budget]
@@ -362,7 +371,7 @@ def test_multi_instance_setups_are_charged_their_own_network() -> None:
     config = AdvisorConfig(budget_h=10, epoch_samples=10**6, max_instances=2)
     for name in ("g4dn.xlarge", "p4d.24xlarge"):
         inst = INSTANCES[name]
-        cand = predict_candidate(summary(), inst, 2, GPUS, fitted, config)
+        cand = predict_candidate(profile(), inst, 2, GPUS, fitted, config)
         ranks = 2 * inst.gpus
         wire = 2 * (ranks - 1) / ranks * 1e8 / (inst.network_gbps * 1e9 / 8)
         latency = 10 * (50e-6 + 2 * (ranks - 1) * 25e-6)
@@ -373,7 +382,7 @@ def test_unmeasured_network_terms_take_the_default_and_are_named() -> None:
     intra_only = CommModel(alpha_s=30e-6, bucket_s=60e-6, beta_intra_s_per_byte=1e-10,
                            net_efficiency=0.0, beta_net_s_per_byte=0.0, samples=6,
                            unmeasured=("net_efficiency", "beta_net_s_per_byte"))  # fmt: skip
-    advice = advise(summary(), AdvisorConfig(budget_h=5, epoch_samples=10**7), model=intra_only)
+    advice = advise(profile(), AdvisorConfig(budget_h=5, epoch_samples=10**7), model=intra_only)
     assert advice.model.net_efficiency == 1.0
     assert "not measured, at the default: net_efficiency, beta_net_s_per_byte" in (
         advice.model_source
@@ -383,7 +392,7 @@ def test_unmeasured_network_terms_take_the_default_and_are_named() -> None:
 
 
 def test_advice_round_trips_through_json() -> None:
-    advice = advise(_profile_run(10.0, (3.0, 2.6)),
+    advice = advise(_profile(10.0, (3.0, 2.6)),
                     AdvisorConfig(budget_h=0.2, epoch_samples=10**7, max_instances=3),
                     model=_noisy_model())  # fmt: skip
     again = Advice.from_json(json.loads(json.dumps(advice.to_json())))

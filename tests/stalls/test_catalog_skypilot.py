@@ -18,6 +18,7 @@ from recperf.core.errors import ConfigError, TraceFormatError
 from recperf.stalls.cost.advisor import (
     DEFAULT_MODEL,
     AdvisorConfig,
+    ProfileSummary,
     advise,
     comm_seconds,
     predict_candidate,
@@ -35,6 +36,7 @@ SUMMARY: dict[str, Any] = {
     "param_bytes": 100_000_000, "flops_per_iter": 1e12, "batch_size": 256, "device": "cpu",
     "device_name": "x86_64",
 }  # fmt: skip
+PROFILE = ProfileSummary.from_mapping(SUMMARY)
 
 
 def test_cheapest_on_demand_price_per_type_and_what_is_skipped() -> None:
@@ -123,7 +125,7 @@ def test_advise_on_a_skypilot_catalog(tmp_path: Path) -> None:
     # 400 MB per GPU fits everywhere: the six used types x 1..4 instances
     assert data["candidates_evaluated"] == 6 * 4
     instances, report = load_skypilot(VMS, GPUS)
-    again = advise(SUMMARY, AdvisorConfig(budget_h=2, epoch_samples=1_000_000, max_instances=4),
+    again = advise(PROFILE, AdvisorConfig(budget_h=2, epoch_samples=1_000_000, max_instances=4),
                    instances=instances, notes=report.notes())  # fmt: skip
     assert data["recommendation"] == json.loads(json.dumps(again.to_json()))["recommendation"]
     rec = again.recommendation
@@ -217,6 +219,6 @@ def test_the_tables_link_figure_is_used_for_the_link() -> None:
                     intra_node_link="nvlink3", network_gbps=400, usd_per_hour=1.0)  # fmt: skip
     config = AdvisorConfig(budget_h=1, epoch_samples=10**6)
     for inst, link in ((base, 600e9), (dataclasses.replace(base, intra_node_gb_per_s=50.0), 50e9)):
-        got = predict_candidate(SUMMARY, inst, 1, GPUS, DEFAULT_MODEL, config).comm_s
+        got = predict_candidate(PROFILE, inst, 1, GPUS, DEFAULT_MODEL, config).comm_s
         assert got == pytest.approx(comm_seconds(DEFAULT_MODEL, 1e8, 10, 8, 1, link, 50e9))
         assert got > 10 * (50e-6 + 14 * 25e-6)  # the per-byte term is there

@@ -336,7 +336,7 @@ def advise_cmd(
     Predicts time and cost of every instance type and count and plots the time-cost Pareto
     frontier."""
     from recperf.report.stalls_figures import write_pareto_html
-    from recperf.stalls.cost.advisor import AdvisorConfig, advise
+    from recperf.stalls.cost.advisor import AdvisorConfig, ProfileSummary, advise
     from recperf.stalls.cost.catalog import load_catalog, load_gpu_models
     from recperf.stalls.model.comm import CommModel
 
@@ -359,7 +359,7 @@ def advise_cmd(
     gpu_models = load_gpu_models(gpus)
     cat = load_catalog(catalog, gpu_models, region=region, spot=spot, links=links)
     advice = advise(
-        summary,
+        ProfileSummary.from_mapping(summary),
         config,
         instances=cat.instances,
         gpu_models=gpu_models,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import RecperfError
-from recperf.stalls.cost.advisor import Advice, AdvisorConfig, advise
+from recperf.stalls.cost.advisor import Advice, AdvisorConfig, ProfileSummary, advise
 from recperf.stalls.model.comm import PRIOR, CommModel, CommSample
 from recperf.stalls.model.fit import fit
 from recperf.stalls.result import StallSummary
@@ -148,8 +148,7 @@ def run_advisor(summary: StallSummary, model: CommModel | None) -> tuple[Advice 
     """The advisor's advice for the profiled workload, or None and why not."""
     samples = EPOCH_SAMPLES.get(str(summary.details.get("workload")), DEFAULT_EPOCH_SAMPLES)
     try:
-        return advise(
-            summary.to_json(), AdvisorConfig(budget_h=BUDGET_H, epoch_samples=samples), model=model
-        ), ""
+        config = AdvisorConfig(budget_h=BUDGET_H, epoch_samples=samples)
+        return advise(ProfileSummary.from_mapping(summary.to_json()), config, model=model), ""
     except RecperfError as exc:
         return None, f"The cloud advisor could not run on this profile: {exc}"

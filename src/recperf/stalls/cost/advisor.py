@@ -20,7 +20,7 @@ from recperf.stalls.cost.catalog import (
     load_instances,
     pareto_front,
 )
-from recperf.stalls.cost.inputs import AdvisorConfig, ProfileSummary, data_stall
+from recperf.stalls.cost.inputs import AdvisorConfig, ProfileSummary
 from recperf.stalls.cost.predict import (
     Candidate,
     Verdict,
@@ -34,8 +34,8 @@ from recperf.stalls.cost.predict import (
 from recperf.stalls.model.comm import LEVEL, PARAMS, PRIOR, CommModel
 
 __all__ = ["DEFAULT_MODEL", "Advice", "AdvisorConfig", "Candidate", "ProfileSummary", "Verdict",
-           "advise", "choose", "comm_interval", "comm_seconds", "completed", "data_stall",
-           "gpu_of", "match_gpu", "predict_candidate", "verdict"]  # fmt: skip
+           "advise", "choose", "comm_interval", "comm_seconds", "completed", "gpu_of",
+           "match_gpu", "predict_candidate", "verdict"]  # fmt: skip
 
 DEFAULT_MODEL = CommModel.from_json(PRIOR, "the default communication model")
 """Used when no fitted model is given: 25 us per ring step, 50 us per all-reduce call, links at
@@ -157,14 +157,14 @@ def choose(candidates: Sequence[Candidate]) -> Candidate | None:
 
 
 def advise(
-    summary: Mapping[str, Any], config: AdvisorConfig, *,
+    profile: ProfileSummary, config: AdvisorConfig, *,
     instances: Sequence[Instance] | None = None,
     gpu_models: Mapping[str, GpuModel] | None = None, model: CommModel | None = None,
     notes: Sequence[str] = (),
 ) -> Advice:  # fmt: skip
-    """Evaluate every instance type x count 1..max_instances and choose among them; ``notes``
+    """Evaluate every instance type x count 1..max_instances for the profiled workload
+    (``ProfileSummary.from_mapping`` reads a summary.json) and choose among them; ``notes``
     (what loading the catalog skipped) are carried into the advice."""
-    profile = ProfileSummary.from_mapping(summary)
     instances = load_instances() if instances is None else instances
     gpu_models = load_gpu_models() if gpu_models is None else gpu_models
     comm_model = DEFAULT_MODEL if model is None else completed(model)

@@ -76,7 +76,7 @@ class ProfileSummary:
     device_name: str
     """Torch device name, e.g. "NVIDIA H200" ("" when unknown)."""
     data_stall_s: float
-    """The data stall carried to every setup, per iteration (see ``data_stall``)."""
+    """The data stall carried to every setup, per iteration (see ``_data_stall``)."""
     data_stall_low_s: float
     data_stall_high_s: float
     """The range of the data stall over the profile's measurements of it."""
@@ -96,7 +96,7 @@ class ProfileSummary:
         name = summary.get("device_name", "")
         if not isinstance(name, str):
             raise ConfigError(f"profile summary: 'device_name' = {name!r}: expected a string")
-        stall, low, high, method = data_stall(summary)
+        stall, low, high, method = _data_stall(summary)
         return ProfileSummary(
             compute_s=compute, backward_s=backward,
             data_fetch_stall_s=_key(summary, "data_fetch_stall_s", False),
@@ -114,7 +114,7 @@ class ProfileSummary:
         return self.backward_s / self.compute_s if self.compute_s > 0 else BACKWARD_FRACTION
 
 
-def data_stall(summary: Mapping[str, Any]) -> tuple[float, float, float, str]:
+def _data_stall(summary: Mapping[str, Any]) -> tuple[float, float, float, str]:
     """The data stall per iteration carried to the target setups, its low and high ends, and
     how it was read. A ``profile`` summary measures it directly (the training loop's own wait for
     the next batch): that figure is carried, its range over the real-data runs' direct waits. The

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -43,7 +43,7 @@ class Candidate:
     exposed_comm_s: float
     """Part of comm_s not hidden behind the backward pass."""
     data_stall_s: float
-    """Data stall per iteration, carried over from the profile (see ``data_stall``)."""
+    """Data stall per iteration, carried over from the profile (see ``inputs._data_stall``)."""
     iterations_per_epoch: int
     """Iterations in one epoch at this world size."""
     epoch_h: float
@@ -173,14 +173,11 @@ def _link_bytes_per_s(instance: Instance, gpu: GpuModel) -> float:
 
 
 def predict_candidate(
-    summary: Mapping[str, Any] | ProfileSummary, instance: Instance, count: int,
+    profile: ProfileSummary, instance: Instance, count: int,
     gpu_models: Mapping[str, GpuModel], model: CommModel, config: AdvisorConfig,
 ) -> Candidate:  # fmt: skip
     """Predict one setup: ``count`` machines of type ``instance``, data parallel on all GPUs."""
     check_range("count", count, 1, None)
-    profile = (
-        summary if isinstance(summary, ProfileSummary) else ProfileSummary.from_mapping(summary)
-    )
     gpu = gpu_of(instance, gpu_models)
     compute, method = predict_compute(profile, gpu, gpu_models, config)
     ranks = count * instance.gpus
