@@ -281,8 +281,7 @@ def summarise(
         values = [getattr(r, key) for r in rows]
         return None if None in values else statistics.fmean(values)
 
-    exposed = mean("exposed_comm_s") or 0.0
-    spans = nodes > 1
+    exposed, spans = mean("exposed_comm_s") or 0.0, nodes > 1
     grad, layers, flops = mean("allreduce_bytes"), mean("allreduces"), mean("flops")
     slow = slowest_rank(rows)
     details = {
