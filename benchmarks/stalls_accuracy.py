@@ -162,11 +162,12 @@ def instrumentation_cost_us(iters: int = 20000) -> dict[str, float]:
     return {"per_iteration_us": statistics.median(costs)}
 
 
-OVERHEAD_VARIANTS = ("plain", "builtin", "hook", "profiler")
+OVERHEAD_VARIANTS = ("plain", "builtin", "hook", "profiler-hook", "profiler")
 """The interleaved copies of the model: DDP's default (the 1/world scaling fused into its copy
 into the bucket, C++ all-reduce), DDP's built-in C++ ALLREDUCE comm hook (what any comm hook
-costs: a separate scaling pass), the Profiler's timing hook alone, and the whole Profiler
-(hook, data wrap, step and phases)."""
+costs: a separate scaling pass), the Profiler's timing hook alone, the whole Profiler with its
+timing hook (``comm="hook"``: data wrap, step and phases too), and the whole Profiler as it
+comes on the CPU (``comm="ddp-timers"``: no hook, DDP's own reducer timers read each step)."""
 
 
 def overhead_rank(blocks: int, block_iters: int, out: Path) -> None:
@@ -189,14 +190,17 @@ def overhead_rank(blocks: int, block_iters: int, out: Path) -> None:
     w = DlrmWorkload()
     models = {v: nn.parallel.DistributedDataParallel(w.build(0)) for v in OVERHEAD_VARIANTS}
     models["builtin"]._register_builtin_comm_hook(dist.BuiltinCommHookType.ALLREDUCE)
-    Profiler(models["hook"], cuda=False)
-    prof = Profiler(models["profiler"], cuda=False)
+    Profiler(models["hook"], cuda=False, comm="hook")
+    profs = {"profiler-hook": Profiler(models["profiler-hook"], cuda=False, comm="hook"),
+             "profiler": Profiler(models["profiler"], cuda=False)}  # fmt: skip
+    assert profs["profiler"].comm_timing == "ddp-timers"
     opts = {v: torch.optim.SGD(m.parameters(), lr=1e-3) for v, m in models.items()}
     it = w.synthetic(DataSpec(batch_size=256, rank=dist.get_rank(), world=2))
 
     def train(v: str) -> None:
         model, opt = models[v], opts[v]
-        if v == "profiler":
+        if v in profs:
+            prof = profs[v]
             for batch in prof.data([next(it)]):
                 with prof.step():
                     with prof.phase("forward"):
@@ -220,7 +224,9 @@ def overhead_rank(blocks: int, block_iters: int, out: Path) -> None:
     base = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
     record = []
     for r in range(max(1, blocks // n)):
-        for v in (OVERHEAD_VARIANTS[(b + r) % n] for b in base):
+        # an odd n needs the mirrored square too (every other n rounds) to balance carry-over
+        order = base[::-1] if n % 2 and (r // n) % 2 else base
+        for v in (OVERHEAD_VARIANTS[(b + r) % n] for b in order):
             wall, cpu = [], []
             for _ in range(block_iters):
                 dist.barrier()
@@ -436,7 +442,9 @@ def main() -> None:
     ap.add_argument("--delay-ms", type=float, default=50.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--parts", default="network,overhead,data,launch,analyze", help="Comma-separated parts."
+        "--parts",
+        default="network,overhead,data,launch,analyze",
+        help="Comma-separated parts (interleaved: only overhead's Latin-square run).",
     )
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results/stalls_accuracy.json"))
     ap.add_argument(
@@ -448,7 +456,8 @@ def main() -> None:
     ap.add_argument("--overhead-rank", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.overhead_rank is not None:
-        overhead_rank(blocks=4 * args.repeats, block_iters=10, out=args.overhead_rank)
+        n = len(OVERHEAD_VARIANTS)
+        overhead_rank(blocks=n * args.repeats, block_iters=10, out=args.overhead_rank)
         return
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"),
@@ -462,6 +471,8 @@ def main() -> None:
             result["network"] = network_part(args, root) if why is None else {"skipped": why}
         if "overhead" in parts:
             result["overhead"] = overhead_part(args, root)
+        elif "interleaved" in parts:  # the Latin-square overhead run alone
+            result["overhead"] = overhead_interleaved(args, root)
         if "data" in parts:
             result["data_stall"] = data_stall_part(args, root)
         if "analyze" in parts:

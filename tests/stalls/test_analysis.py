@@ -9,10 +9,12 @@ import pytest
 
 from recperf.core.errors import ConfigError
 from recperf.stalls.run import differential
+from recperf.stalls.run.ddptimers import CommWindow
 from recperf.stalls.run.hook import TRACE_FORMAT, IterRecord, Profiler
 from recperf.stalls.run.profile import ddp_buckets
 from recperf.stalls.run.spec import RunSpec
 from recperf.stalls.trace import breakdown, kineto
+from recperf.stalls.trace.intervals import length, merge
 
 
 def _trace(records: list[IterRecord], warmup: int = 0, **meta: Any) -> dict[str, Any]:
@@ -44,9 +46,9 @@ def _rec(
     return r
 
 
-def test_union_merges_overlaps() -> None:
-    assert differential._union([(0, 2), (1, 3), (5, 6)]) == pytest.approx(4.0)
-    assert differential._union([]) == 0.0
+def test_busy_time_is_the_union_of_the_spans() -> None:
+    assert length(merge([(0, 2), (1, 3), (5, 6)])) == pytest.approx(4.0)
+    assert length(merge([])) == 0.0
 
 
 def test_exposed_is_from_last_launch_to_last_completion() -> None:
@@ -61,6 +63,22 @@ def test_exposed_is_from_last_launch_to_last_completion() -> None:
     assert f["compute_s"] == pytest.approx(0.4 - 0.15)
     assert f["backward_s"] == pytest.approx(0.31 - 0.15)
     assert f["buckets"] == 2
+
+
+def test_a_ddp_timers_window_counts_from_its_last_launch_in_both_readers() -> None:
+    """One window per iteration (``comm="ddp-timers"``): first launch 0.2, the backward (so
+    the last launch) ends 0.3, every bucket done 0.45. Exposed is the tail after the last
+    launch, as with per-bucket spans; both readers agree."""
+    rec = _rec(0.0, 0.1, 0.4, bwd=(0.15, 0.46))
+    rec.window = CommWindow(start=0.2, last_launch=0.3, end=0.45, nbytes=10, buckets=3)
+    trace = _trace([rec])
+    f = differential._iteration_figures(differential._iterations(trace)[0])
+    assert f["exposed_comm_s"] == pytest.approx(0.15)
+    assert f["comm_busy_s"] == pytest.approx(0.25)
+    assert f["compute_s"] == pytest.approx(0.4 - 0.15)
+    assert f["buckets"] == 3
+    (k,) = breakdown.iteration_figures(kineto.normalise(trace, "rank0.json", 0))
+    assert k.exposed_comm_s == pytest.approx(0.15) and k.compute_s == pytest.approx(0.25)
 
 
 def test_run_stats_drops_warmup_and_averages_ranks() -> None:

@@ -145,8 +145,8 @@ def test_predict_checks_the_model_on_load(tmp_path: Path, text: object, why: str
     ("trace", "why"),
     [
         ("{garbled", "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"),
-        ("{}", "'recperf.format' is None, expected 'recperf-stall-trace/2' "
-         "(or 'recperf-stall-trace/1')"),
+        ("{}", "'recperf.format' is None, expected 'recperf-stall-trace/3' "
+         "(or 'recperf-stall-trace/1' or 'recperf-stall-trace/2')"),
         ("[1]", "the document is a JSON list, expected an object"),
         ('{"recperf": {"format": "recperf-stall-trace/1", "grad_bytes": 1, "param_bytes": 1, '
          '"num_param_tensors": 1, "flops_per_iter": 0, "device_name": "cpu", '
@@ -159,6 +159,11 @@ def test_predict_checks_the_model_on_load(tmp_path: Path, text: object, why: str
          '"instrumented": true}, "traceEvents": [{"ph": "M", "name": "thread_name"}, '
          '{"ph": "B", "name": "recperf:step", "ts": 0}]}',
          "'traceEvents[1].ph' = 'B', expected 'X' or 'M'"),
+        ('{"recperf": {"format": "recperf-stall-trace/3", "grad_bytes": 1, "param_bytes": 1, '
+         '"num_param_tensors": 1, "flops_per_iter": 0, "device_name": "cpu", '
+         '"instrumented": true}, "traceEvents": [{"name": "recperf:allreduce", "ts": 0, '
+         '"dur": 1, "args": {"iteration": 0, "last_launch": "soon"}}]}',
+         "'traceEvents[0].args.last_launch' = 'soon', expected float"),
     ],
 )  # fmt: skip
 def test_analyze_names_a_garbled_rank_trace(tmp_path: Path, trace: str, why: str) -> None:

@@ -66,8 +66,8 @@ def test_ddp_hook_times_every_bucket_and_keeps_gradients(group: None) -> None:
     timed.load_state_dict(plain.state_dict())
     ddp_plain = nn.parallel.DistributedDataParallel(plain, bucket_cap_mb=0.5)
     ddp_timed = nn.parallel.DistributedDataParallel(timed, bucket_cap_mb=0.5)
-    prof = Profiler(ddp_timed, cuda=False)
-    assert prof.hooked
+    prof = Profiler(ddp_timed, cuda=False, comm="hook")
+    assert prof.hooked and prof.comm_timing == "hook"
     x = torch.randn(8, 64)
     ddp_plain(x).sum().backward()
     for _ in prof.data([x, x]):  # DDP settles its buckets after the first iteration
@@ -82,6 +82,47 @@ def test_ddp_hook_times_every_bucket_and_keeps_gradients(group: None) -> None:
     assert len(rec.comm) >= 2  # the buckets
     assert sum(n for _, _, n in rec.comm) == total
     assert all(rec.data_end <= a <= b <= rec.end for a, b, _ in rec.comm)
+
+
+def test_ddp_timers_time_each_iteration_without_a_hook(group: None) -> None:
+    """The default on the CPU: no comm hook (DDP keeps its fused averaging, so gradients are
+    bit for bit plain DDP's), and each step gets the window DDP's reducer timed, inside it."""
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
+    timed = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
+    timed.load_state_dict(plain.state_dict())
+    ddp_plain = nn.parallel.DistributedDataParallel(plain, bucket_cap_mb=0.5)
+    ddp_timed = nn.parallel.DistributedDataParallel(timed, bucket_cap_mb=0.5)
+    prof = Profiler(ddp_timed, cuda=False)
+    assert prof.comm_timing == "ddp-timers" and not prof.hooked
+    assert ddp_timed._get_ddp_logging_data().get("comm_hook") in (None, "")
+    x = torch.randn(8, 64)
+    for _ in prof.data([x, x, x]):
+        plain.zero_grad()
+        ddp_plain(x).sum().backward()
+        timed.zero_grad()
+        with prof.step():
+            ddp_timed(x).sum().backward()
+        with prof.step():  # a step without a backward has no window (nothing new measured)
+            pass
+    pairs = zip(plain.parameters(), timed.parameters(), strict=True)
+    assert all(torch.equal(a.grad, b.grad) for a, b in pairs)
+    total = sum(p.numel() * 4 for p in timed.parameters())
+    windows = [r.window for r in prof.records]
+    assert windows[1::2] == [None] * 3
+    for rec, w in zip(prof.records[::2], windows[::2], strict=True):
+        assert w is not None and w.nbytes == total and w.buckets >= 1
+        assert rec.data_end - 1e-3 <= w.start <= w.last_launch <= w.end <= rec.end + 1e-3
+        assert not rec.comm
+    assert windows[-2].buckets >= 2  # DDP settles its buckets after the first iteration
+    (span,) = [e for e in prof.trace()["traceEvents"] if e["name"] == "recperf:allreduce"][-1:]
+    assert span["args"]["buckets"] == windows[-2].buckets
+    assert span["ts"] <= span["args"]["last_launch"] <= span["ts"] + span["dur"]
+    figs = differential._iteration_figures(differential._iterations(prof.trace())[-2])
+    last = windows[-2]
+    assert figs["exposed_comm_s"] == pytest.approx(last.end - last.last_launch, abs=2e-6)
+    with pytest.raises(ValueError, match="comm: 'bucket' is not one of auto, ddp-timers, hook"):
+        Profiler(ddp_timed, cuda=False, comm="bucket")
 
 
 def test_run_spec_round_trip_and_errors(tmp_path: Path) -> None:
@@ -134,38 +175,42 @@ def net():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
 
-plain, timed = net(), net()
+plain, timed, windowed = net(), net(), net()
 ddp_plain = nn.parallel.DistributedDataParallel(plain, bucket_cap_mb=0.5)
 ddp_timed = nn.parallel.DistributedDataParallel(timed, bucket_cap_mb=0.5)
-prof = Profiler(ddp_timed, cuda=False)
+ddp_windowed = nn.parallel.DistributedDataParallel(windowed, bucket_cap_mb=0.5)
+prof = Profiler(ddp_timed, cuda=False, comm="hook")
+prof_w = Profiler(ddp_windowed, cuda=False)
 x = torch.randn(8, 64, generator=torch.Generator().manual_seed(rank))
 for _ in range(2):  # DDP settles its buckets after the first iteration
     plain.zero_grad()
     ddp_plain(x).sum().backward()
-    for _ in prof.data([x]):
-        timed.zero_grad()
-        with prof.step():
-            ddp_timed(x).sum().backward()
-same = all(torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), timed.parameters()))
+    for p, m, ddp in ((prof, timed, ddp_timed), (prof_w, windowed, ddp_windowed)):
+        for _ in p.data([x]):
+            m.zero_grad()
+            with p.step():
+                ddp(x).sum().backward()
+same = [all(torch.equal(a.grad, b.grad) for a, b in zip(plain.parameters(), m.parameters()))
+        for m in (timed, windowed)]
 trace = prof.trace(rank)
-comm = prof.records[-1].comm
+comm, window = prof.records[-1].comm, prof_w.records[-1].window
 # as recperf.stalls.run.rank ends: both ranks done, then DDP's reducers go before their group
 # (a rank that destroyed the group under a live reducer aborted: "terminate called without an
 # active exception", exit -6, once in CI)
 dist.barrier()
-del ddp_plain, ddp_timed, prof
+del ddp_plain, ddp_timed, ddp_windowed, prof, prof_w
 import gc; gc.collect()
 dist.destroy_process_group()
 if rank == 0:
     out = {"same": same, "buckets": len(comm), "bytes": sum(n for _, _, n in comm),
-           "info": trace["distributedInfo"]}
+           "info": trace["distributedInfo"], "window": [window.nbytes, window.buckets]}
     open(sys.argv[1], "w").write(json.dumps(out))
 """
 
 
 def test_two_ranks_average_exactly_as_ddp_does(tmp_path: Path) -> None:
     """The hook's 1/world scaling and all-reduce give bit for bit DDP's own averaged
-    gradients (2 ranks, different inputs)."""
+    gradients (2 ranks, different inputs), as do DDP's own with its timers read."""
     script, out = tmp_path / "two.py", tmp_path / "out.json"
     script.write_text(TWO_RANKS)
     env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo",
@@ -174,6 +219,7 @@ def test_two_ranks_average_exactly_as_ddp_does(tmp_path: Path) -> None:
     procs = [subprocess.Popen(cmd, env=env | {"RANK": str(r)}) for r in range(2)]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
     res = json.loads(out.read_text())
-    assert res["same"] and res["buckets"] >= 2
+    assert res["same"] == [True, True] and res["buckets"] >= 2
     assert res["bytes"] == 4 * (64 * 512 + 512 + 512 * 600 + 600)
+    assert res["window"] == [res["bytes"], res["buckets"]]
     assert res["info"] == {"backend": "gloo", "rank": 0, "world_size": 2}

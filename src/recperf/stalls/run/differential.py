@@ -20,6 +20,7 @@ from recperf.stalls.result import STALLS
 from recperf.stalls.run.hook import ANNOTATION, TRACE_FORMAT, TRACE_FORMATS
 from recperf.stalls.run.netem import parse_bandwidth
 from recperf.stalls.run.spec import RunSpec
+from recperf.stalls.trace.intervals import length, merge
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -57,15 +58,6 @@ Z95 = 1.96
 """Normal quantile of a two-sided 95% interval."""
 
 
-def _union(intervals: Sequence[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
-
-
 def _iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per-iteration spans of one rank's trace (either format), warmup dropped."""
     meta = trace.get("recperf", {})
@@ -81,8 +73,9 @@ def _iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
         a, b = ev["ts"] / 1e6, (ev["ts"] + ev["dur"]) / 1e6
         if name in ("data_wait", "step"):
             it[name] = (a, b)
-        elif name == "allreduce":
-            it["comm"].append((a, b))
+        elif name == "allreduce":  # (start, end, last launch, buckets): a bucket or a window
+            last, n = ev["args"].get("last_launch"), int(ev["args"].get("buckets", 1))
+            it["comm"].append((a, b, a if last is None else last / 1e6, n))
         else:
             it["phases"][name] = (a, b)
     warmup = int(meta.get("warmup", 0))
@@ -94,9 +87,9 @@ def _iteration_figures(it: dict[str, Any]) -> dict[str, float]:
     comm = it["comm"]
     exposed = 0.0
     if comm:
-        last_launch = max(a for a, _ in comm)
-        exposed = min(max(0.0, max(b for _, b in comm) - last_launch), max(0.0, s1 - last_launch))
-    busy = _union(comm)
+        last_launch = max(c[2] for c in comm)
+        exposed = min(max(0.0, max(c[1] for c in comm) - last_launch), max(0.0, s1 - last_launch))
+    busy = length(merge(c[:2] for c in comm))
     bwd = it["phases"].get("backward")
     backward = (bwd[1] - bwd[0]) if bwd else float("nan")
     return {
@@ -107,7 +100,7 @@ def _iteration_figures(it: dict[str, Any]) -> dict[str, float]:
         "exposed_comm_s": exposed,
         "overlapped_comm_s": max(0.0, busy - exposed),
         "comm_busy_s": busy,
-        "buckets": float(len(comm)),
+        "buckets": float(sum(c[3] for c in comm)),
     }
 
 
@@ -145,6 +138,8 @@ META_KEYS = {"grad_bytes": int, "param_bytes": int, "num_param_tensors": int,
              "flops_per_iter": float, "device_name": str, "instrumented": bool}  # fmt: skip
 """The run metadata a rank trace's ``recperf`` object must hold, and its type."""
 EVENT_KEYS = {"name": str, "ts": float, "dur": float}
+ARG_KEYS = {"bytes": int, "buckets": int, "last_launch": float}
+"""An all-reduce span's args the analysis reads where present (a window has the last two)."""
 
 
 def _kind_ok(value: Any, kind: type) -> bool:
@@ -189,6 +184,9 @@ def check_trace(trace: Any, source: str) -> dict[str, Any]:
         args = ev.get("args")
         if not isinstance(args, dict) or not _kind_ok(args.get("iteration"), int):
             raise bad(f"{where}.args.iteration'", "is missing or not an integer")
+        for key, kind in ARG_KEYS.items():
+            if key in args and not _kind_ok(args[key], kind):
+                raise bad(f"{where}.args.{key}'", f"= {args[key]!r}, expected {kind.__name__}")
     for it in _iterations(trace):
         if "data_wait" not in it or "step" not in it:
             raise bad("an iteration", "lacks its data_wait or step event")

@@ -1,7 +1,7 @@
 """Direct instrumentation of a training loop: time spent waiting on the data iterator, each
-step's phases, and every gradient all-reduce (through a DDP communication hook), written per
-rank as a Kineto-shaped Chrome trace (Perfetto, chrome://tracing and Holistic Trace Analysis
-open it) that ``differential`` turns into a stall breakdown.
+step's phases, and the gradient all-reduces of a DDP model, written per rank as a Kineto-shaped
+Chrome trace (Perfetto, chrome://tracing and Holistic Trace Analysis open it) that
+``differential`` turns into a stall breakdown.
 
     prof = Profiler(ddp_model)
     for batch in prof.data(loader):
@@ -9,15 +9,18 @@ open it) that ``differential`` turns into a stall breakdown.
             loss = model(batch).sum(); loss.backward(); opt.step()
     prof.write_trace("trace_rank0.json")
 
-On CUDA (NCCL) the all-reduce and step times come from CUDA events, resolved at the end of
-each step; on the CPU (gloo) from the wall clock when the collective's future completes."""
+The all-reduces are timed one of two ways (``comm=``): ``"ddp-timers"`` reads the timestamps
+DDP's own reducer takes (``run.ddptimers``: no hook, DDP's gradients and fused averaging
+untouched; one window per iteration), the default on the CPU; ``"hook"`` registers a timing
+communication hook (one span per bucket, at the cost of any DDP hook), the default on CUDA,
+where the all-reduce and step times come from CUDA events resolved at the end of each step."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,11 +30,15 @@ import torch.distributed as dist
 from torch import nn
 
 from recperf.core.results import atomic_path
+from recperf.stalls.run.ddptimers import CommWindow, DdpTimers
 
 T = TypeVar("T")
-TRACE_FORMAT = "recperf-stall-trace/2"
-TRACE_FORMATS = ("recperf-stall-trace/1", TRACE_FORMAT)
-"""Formats ``differential`` reads: /1 had bare event names on three fixed threads."""
+TRACE_FORMAT = "recperf-stall-trace/3"
+TRACE_FORMATS = ("recperf-stall-trace/1", "recperf-stall-trace/2", TRACE_FORMAT)
+"""Formats ``differential`` reads: /1 had bare event names on three fixed threads; /2 had one
+all-reduce span per bucket only (/3 adds the per-iteration window with ``args.last_launch``)."""
+COMM_TIMINGS = ("auto", "ddp-timers", "hook")
+"""How a DDP model's all-reduces are timed: ``auto`` is ``hook`` on CUDA, else ``ddp-timers``."""
 ANNOTATION = "recperf:"
 """Prefix of the ranges the Profiler marks in its own traces and in torch.profiler traces."""
 MAIN_TID = 1
@@ -54,7 +61,9 @@ class IterRecord:
     phases: list[tuple[str, float, float]] = field(default_factory=list)
     """Named parts of the step (forward, backward, optimizer), as (name, start, end)."""
     comm: list[tuple[float, float, int]] = field(default_factory=list)
-    """Each all-reduce bucket: (launched, completed, bytes)."""
+    """Each all-reduce bucket: (launched, completed, bytes) (the timing hook)."""
+    window: CommWindow | None = None
+    """The iteration's all-reduces as DDP's reducer timed them (``comm="ddp-timers"``)."""
 
 
 class _CudaClock:
@@ -79,13 +88,20 @@ class _CudaClock:
 
 
 class Profiler:
-    """Wraps a data iterator and a training step; optionally registers a timing all-reduce
-    hook on a ``DistributedDataParallel`` model (which replaces DDP's default hook and does
-    the same averaging all-reduce)."""
+    """Wraps a data iterator and a training step, and times a ``DistributedDataParallel``
+    model's all-reduces: from DDP's own reducer timers, or with a timing hook that replaces
+    DDP's default and does the same averaging all-reduce (``comm``, see ``COMM_TIMINGS``)."""
 
     def __init__(
-        self, model: nn.Module | None = None, *, cuda: bool | None = None, annotate: bool = False
+        self,
+        model: nn.Module | None = None,
+        *,
+        cuda: bool | None = None,
+        annotate: bool = False,
+        comm: str = "auto",
     ) -> None:
+        if comm not in COMM_TIMINGS:
+            raise ValueError(f"comm: {comm!r} is not one of {', '.join(COMM_TIMINGS)}")
         self.records: list[IterRecord] = []
         self.annotate = annotate
         """Also mark data waits, steps and phases as ``recperf:<name>`` ranges in torch.profiler
@@ -102,8 +118,13 @@ class Profiler:
         """The trace's ``distributedInfo.world_size``: the model's process group's, else the
         default group's, else 1."""
         self._scale = 1.0 / self.world_size
-        self.hooked = ddp is not None
-        if ddp is not None:
+        if comm == "auto":
+            comm = "hook" if self.cuda else "ddp-timers"
+        self.comm_timing = comm if ddp is not None else None
+        """How the all-reduces are timed (None: no DDP model given)."""
+        self.hooked = self.comm_timing == "hook"
+        self._timers = DdpTimers(ddp, self._anchor) if ddp is not None and not self.hooked else None
+        if ddp is not None and self.hooked:
             ddp.register_comm_hook(self, _timed_allreduce)
 
     # -- wrapping the loop (on every iteration's path: plain classes, no generator managers) --
@@ -147,6 +168,8 @@ class Profiler:
         rec = IterRecord(start=t_data[0], data_end=max(t_data[1], t0), end=end)
         rec.phases = [(n, self._t(a), self._t(b)) for n, a, b in self._phases]
         rec.comm = sorted((self._t(a), self._t(b), n) for a, b, n in self._comm)
+        if self._timers is not None:
+            rec.window = self._timers.latest()
         self.records.append(rec)
 
     def _stamp(self) -> Any:
@@ -190,6 +213,7 @@ class Profiler:
                 "format": TRACE_FORMAT,
                 "rank": rank,
                 "hooked": self.hooked,
+                "comm_timing": self.comm_timing,
                 "clock": "cuda-events" if self.cuda else "wall",
                 "t0_unix_ns": wall0,
                 **(meta or {}),
@@ -289,14 +313,13 @@ def kineto_events(records: list[IterRecord], rank: int, t0: float) -> list[dict[
             pa = min(max(tick(a), prev), e)
             prev = min(max(tick(b), pa), e)
             span(f"{ANNOTATION}{name}", pa, prev, MAIN_TID, i)
-        for k, (a, b, n) in enumerate(r.comm):
-            ca = tick(a)
-            cb = max(ca, tick(b))
+        for ca, b, args in _comm_spans(r, tick):
+            cb = max(ca, b)
             lane = next((j for j, end in enumerate(lane_end) if end <= ca), len(lane_end))
             if lane == len(lane_end):
                 lane_end.append(cb)
             lane_end[lane] = cb
-            span(f"{ANNOTATION}allreduce", ca, cb, MAIN_TID + 1 + lane, i, bytes=n, bucket=k)
+            span(f"{ANNOTATION}allreduce", ca, cb, MAIN_TID + 1 + lane, i, **args)
     names = [(MAIN_TID, "main")] + [
         (MAIN_TID + 1 + j, f"allreduce {j}") for j in range(len(lane_end))
     ]
@@ -306,6 +329,19 @@ def kineto_events(records: list[IterRecord], rank: int, t0: float) -> list[dict[
         meta.append(_meta("thread_name", rank, tid, name=name))
         meta.append(_meta("thread_sort_index", rank, tid, sort_index=tid))
     return meta + events
+
+
+def _comm_spans(r: IterRecord, tick: Callable[[float], int]) -> list[tuple[int, int, Any]]:
+    """An iteration's all-reduce spans in ticks with their args: each bucket the hook timed,
+    or the window DDP's timers give (its last launch in microseconds, as ``ts``)."""
+    spans: list[tuple[int, int, Any]] = [
+        (tick(a), tick(b), {"bytes": n, "bucket": k}) for k, (a, b, n) in enumerate(r.comm)
+    ]
+    if (w := r.window) is not None:
+        last_us = tick(w.last_launch) / _TICKS
+        args = {"bytes": w.nbytes, "buckets": w.buckets, "last_launch": last_us}
+        spans.append((tick(w.start), tick(w.end), args))
+    return spans
 
 
 def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:

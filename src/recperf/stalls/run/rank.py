@@ -87,7 +87,10 @@ def _train(
             records.append(IterRecord(start=t0, data_end=t0, end=t1))
         return records, None
     window = (spec.warmup, spec.warmup + spec.torch_trace_iters) if torch_trace else (-1, -1)
-    prof = Profiler(model, cuda=device.type == "cuda", annotate=torch_trace is not None)
+    # per-bucket spans (the Chakra export replays each bucket), not the leaner DDP timers
+    prof = Profiler(
+        model, cuda=device.type == "cuda", annotate=torch_trace is not None, comm="hook"
+    )
     capture = _TorchCapture(device) if torch_trace else None
     if capture is not None and window[0] == 0:
         capture.start()

@@ -69,6 +69,10 @@ def read_rank(path: Path) -> RankRead:
     sizes: dict[int, list[tuple[float, int]]] = {}
     for e in events:
         a = e["args"]
+        if str(e.get("name", "")).endswith("allreduce") and "last_launch" in a:
+            raise ConfigError(f"{path}: the all-reduces are one window per iteration (DDP's own "
+                              "timers); the Chakra export replays each bucket: record with "
+                              "Profiler(..., comm='hook') or `recperf stalls profile`")  # fmt: skip
         if str(e.get("name", "")).endswith("allreduce") and "bytes" in a and "bucket" in a:
             sizes.setdefault(int(a["iteration"]), []).append((float(e["ts"]), int(a["bytes"])))
     out = []

@@ -338,9 +338,10 @@ def _cpu_comm(events: list[dict[str, Any]], main: tuple[Any, Any]) -> list[Comm]
 
 
 def _own_comm(e: Mapping[str, Any]) -> Comm:
-    """A recperf all-reduce span: launched at its start, its bytes in its args."""
-    nbytes = _int_or_none(e["args"].get("bytes"))
-    return Comm(start=e["ts"], end=e["end"], launch=e["ts"], kind="allreduce", nbytes=nbytes)
+    """A recperf all-reduce span: a bucket, or a ``run.ddptimers`` window (its last launch)."""
+    ts, end, nbytes, last = e["ts"], e["end"], e["args"].get("bytes"), e["args"].get("last_launch")
+    launch = min(max(last / 1e6, ts), end) if isinstance(last, int | float) else ts
+    return Comm(start=ts, end=end, launch=launch, kind="allreduce", nbytes=_int_or_none(nbytes))
 
 
 def _v1(events: list[dict[str, Any]], source: str) -> tuple[Any, ...]:
