@@ -37,6 +37,7 @@ _LAZY = {
     "fit": "recperf.stalls.model.fit",
     "Advice": "recperf.stalls.cost.advisor",
     "AdvisorConfig": "recperf.stalls.cost.advisor",
+    "ProfileSummary": "recperf.stalls.cost.advisor",
     "advise": "recperf.stalls.cost.advisor",
 }
 __all__ = sorted(_LAZY)
