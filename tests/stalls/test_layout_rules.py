@@ -24,7 +24,6 @@ ALLOWED = {
     ("run/differential.py", "load_trace"): "reads a raw recperf rank trace JSON document",
     ("run/differential.py", "run_stats"): "pending: reads load_trace's raw rank trace documents",
     ("run/differential.py", "comm_samples"): "pending: reads load_trace's raw rank trace documents",
-    ("run/differential.py", "stats_json"): "RunStats's JSON writer (a to_json in all but name)",
     ("run/hook.py", "Profiler.trace"): "builds the rank's Chrome trace JSON document",
     ("run/hook.py", "Profiler.write_trace"): "meta: the user's own keys, written into the trace",
     ("run/hook.py", "kineto_events"): "builds Chrome trace events (JSON objects)",

@@ -198,7 +198,7 @@ def _analyze_run(settings: Settings, run: Path) -> None:
     present = [p for p in paths if p.is_file()]
     if len(present) != spec.ranks:
         raise ConfigError(f"{run}: {len(present)} of {spec.ranks} rank traces present")
-    stats = differential.stats_json(differential.run_stats_from_files(spec, present))
+    stats = differential.run_stats_from_files(spec, present).to_json()
     settings.emit(stats, "analysis.json")
     print_table(
         f"run {spec.name}",

@@ -53,6 +53,14 @@ class RunStats:
     averaged over ranks (ranks move in step, so averaging them narrows nothing). None: fewer
     than two timed iterations, or a run recorded before it was kept."""
 
+    def to_json(self) -> dict[str, Any]:
+        """The run as summary.json lists it (no ``iteration_sem_s`` where none was kept, so
+        older documents read back unchanged)."""
+        out = asdict(self)
+        if out["iteration_sem_s"] is None:
+            del out["iteration_sem_s"]
+        return out
+
 
 Z95 = 1.96
 """Normal quantile of a two-sided 95% interval."""
@@ -385,13 +393,4 @@ def cross_check(diff: Differential, dirc: Direct) -> dict[str, Agreement]:
     if dirc.data_stall_added_s is not None:
         both = diff.data_prep_stall_s + diff.data_fetch_stall_s
         out["data_stall_s"] = Agreement.of(both, dirc.data_stall_added_s)
-    return out
-
-
-def stats_json(r: RunStats) -> dict[str, Any]:
-    """A run's statistics as summary.json lists them (no ``iteration_sem_s`` where none was
-    kept, so older documents read back unchanged)."""
-    out = asdict(r)
-    if out["iteration_sem_s"] is None:
-        del out["iteration_sem_s"]
     return out

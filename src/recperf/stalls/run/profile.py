@@ -326,7 +326,7 @@ def _summary(
         "num_layers": layers,
         "num_param_tensors": base.num_param_tensors,
         "flops_per_iter": base.flops_per_iter,
-        "runs": [differential.stats_json(s) for s in stats.values()],
+        "runs": [s.to_json() for s in stats.values()],
         "comm_samples": [s.to_json() for s in samples],
     }
     figures: dict[str, Any] = {k: getattr(diff, k) for k in ("iteration_s", *FIGURES)}
