@@ -49,7 +49,10 @@ PEERS_BUNDLE = Path("src/recperf/data/embedding/cpu_peers.json")
 PEER_BATCH = {"paper": 64, "mlperf": 512}
 """Batch per config in ``--peers`` mode: each batch moves ~57 MB of rows (above the 32 MB L3)."""
 COPIED = "fbgemm-tbe, rows copied"
-RECPERF = ("torch", "recperf auto kernel", "EmbeddingBags(auto)", COPIED)
+FLAT = "EmbeddingBags(auto), TBE-layout input"
+"""The drop-in given the batch as the concat peer gets it: the tables' ids concatenated, offsets
+``[T * B + 1]`` (where built from bags: float and fp8 rows)."""
+RECPERF = ("torch", "recperf auto kernel", "EmbeddingBags(auto)", FLAT, COPIED)
 """recperf's variants (``COPIED``: int8/int4 only); every other one is a peer but ``CONTROL``."""
 CONTROL = "nn.EmbeddingBag concat, the drop-in's rows"
 """The concat peer over the very rows the drop-in's ``bag-concat`` reads (where it runs that):
@@ -366,7 +369,7 @@ def auto_kernel(st: Stage, trace: str) -> tuple[Peer, KernelChoice]:
     return Peer("recperf auto kernel", kernel, list(st.lookups), lambda y: y), choice
 
 
-def dropin_auto(st: Stage) -> tuple[Peer, Any]:
+def dropin_auto(st: Stage) -> tuple[list[Peer], Any]:
     """``EmbeddingBags(kernel="auto")`` as a user builds it: from the ``nn.EmbeddingBag`` list
     (float rows; fp8 by its ``quantize``) or from TorchRec's quantized collection (int8/int4),
     called as they are, no autotune cache: the first call (a warm-up) measures."""
@@ -377,7 +380,7 @@ def dropin_auto(st: Stage) -> tuple[Peer, Any]:
     b, t, d = st.lookups[0].batch_size, st.tables.num_tables, st.tables.dim
     if st.qebc is not None:
         module = EmbeddingBags.from_torchrec(st.qebc, "auto", config=config)
-        return _kjt_peer("EmbeddingBags(auto)", module, st.tables, st.lookups), module
+        return [_kjt_peer("EmbeddingBags(auto)", module, st.tables, st.lookups)], module
     if st.fmt == "fp8":
         module = EmbeddingBags.from_torch(_bags(st.fp32, clone=False), config=config)
         module = module.quantize("fp8", kernel="auto", bags=16)
@@ -387,9 +390,16 @@ def dropin_auto(st: Stage) -> tuple[Peer, Any]:
     def fn(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
         return module([p[0] for p in parts], [p[1] for p in parts])
 
+    def flat(x: tuple[torch.Tensor, torch.Tensor]) -> Any:
+        return module(x[0], x[1])
+
     inputs = [_segments(lk) for lk in st.lookups]
     as_btd = lambda y: torch.stack(y, dim=1).float().view(b, t, d)  # noqa: E731
-    return Peer("EmbeddingBags(auto)", fn, inputs, as_btd), module
+    given = [(lk.indices, lk.offsets) for lk in st.lookups]
+    return [
+        Peer("EmbeddingBags(auto)", fn, inputs, as_btd),
+        Peer(FLAT, flat, given, as_btd),
+    ], module
 
 
 PEERS_BY_FORMAT: dict[str, tuple[str, ...]] = {
@@ -428,7 +438,7 @@ def build_peers(st: Stage, trace: str) -> Built:
     auto, choice = auto_kernel(st, trace)
     dropin, module = dropin_auto(st)
     ref = KERNELS.build("torch", None, tables)
-    head = [Peer("torch", ref, list(lookups), lambda y: y), auto, dropin]
+    head = [Peer("torch", ref, list(lookups), lambda y: y), auto, *dropin]
     if st.qebc is not None:  # TorchRec's padded rows against an unpadded copy of them
         copied = KERNELS.build("fbgemm-tbe", {"copy_rows": True}, tables)
         head.append(Peer(COPIED, copied, list(lookups), lambda y: y))
@@ -531,19 +541,28 @@ def measure(peers: Sequence[Peer], nbytes: int, threads: int, calls: int) -> dic
             samples[names.index(CONTROL)], samples[names.index("EmbeddingBags(auto)")], strict=True
         )
         control = {"auto_vs_control_paired": statistics.median(c / d for c, d in pairs)}
-    return control | {
-        "threads": threads,
-        "copy_gb_per_s": copy_gbps,
-        "load_avg_1m": [load, os.getloadavg()[0]],
-        "best_peer": best["variant"],
-        "auto_vs_best_peer": dropin["speedup_vs_best_peer"],
-        "auto_kernel_vs_best_peer": kernel["speedup_vs_best_peer"],
-        # A shared machine's bursts only add time: the fastest calls, compared, as a check.
-        "best_peer_by_min": by_min["variant"],
-        "auto_vs_best_peer_by_min": by_min["ms_min"] / dropin["ms_min"],
-        "auto_kernel_vs_best_peer_by_min": by_min["ms_min"] / kernel["ms_min"],
-        "variants": variants,
-    }
+    flat = {}
+    if FLAT in named:
+        v = named[FLAT]
+        flat = {"auto_flat_vs_best_peer": v["speedup_vs_best_peer"],
+                "auto_flat_vs_best_peer_by_min": by_min["ms_min"] / v["ms_min"]}  # fmt: skip
+    return (
+        control
+        | flat
+        | {
+            "threads": threads,
+            "copy_gb_per_s": copy_gbps,
+            "load_avg_1m": [load, os.getloadavg()[0]],
+            "best_peer": best["variant"],
+            "auto_vs_best_peer": dropin["speedup_vs_best_peer"],
+            "auto_kernel_vs_best_peer": kernel["speedup_vs_best_peer"],
+            # A shared machine's bursts only add time: the fastest calls, compared, as a check.
+            "best_peer_by_min": by_min["variant"],
+            "auto_vs_best_peer_by_min": by_min["ms_min"] / dropin["ms_min"],
+            "auto_kernel_vs_best_peer_by_min": by_min["ms_min"] / kernel["ms_min"],
+            "variants": variants,
+        }
+    )
 
 
 def peers_setting(
@@ -595,6 +614,8 @@ def _print_row(row: dict[str, Any]) -> None:
     print(f"{where}: copy {row['copy_gb_per_s']:.1f} GB/s, load {load:.2f}", flush=True)
     if "auto_vs_control_paired" in row:
         print(f"  drop-in / {CONTROL}: {row['auto_vs_control_paired']:.2f}x (paired)", flush=True)
+    if "auto_flat_vs_best_peer" in row:
+        print(f"  {FLAT}: {row['auto_flat_vs_best_peer']:.2f}x the best peer", flush=True)
     for v in row["variants"]:
         print(
             f"  {v['variant']:34s} {v['ms_per_batch']:8.2f} ms [{v['ms_q1']:.2f}, "

@@ -215,3 +215,56 @@ def test_auto_times_a_winner_on_the_tbe_layout_against_bag_concat_on_the_drop_in
     with torch.no_grad():
         for a, bag, i, o in zip(got, bags, ids, offs, strict=True):
             torch.testing.assert_close(a, bag(i, o), rtol=2e-3, atol=2e-3)
+
+
+def _flat(
+    ids: list[torch.Tensor], offs: list[torch.Tensor], batch: int
+) -> tuple[torch.Tensor, ...]:
+    """The same batch in the TBE layout: ids concatenated, offsets ``[T * B + 1]``."""
+    starts = [0]
+    for i in ids:
+        starts.append(starts[-1] + int(i.numel()))
+    bag_starts = [o[:batch] + s for o, s in zip(offs, starts, strict=False)]
+    return torch.cat(ids), torch.cat([*bag_starts, torch.tensor([starts[-1]])])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_tbe_layout_pools_as_the_per_bag_inputs(dtype: torch.dtype) -> None:
+    """One kernel for all bags takes the concatenated ids as they are (``pool_lookup``); mixed
+    groups, per-sample weights and ``debug`` cut them into per-bag views: the same outputs."""
+    bags = _bags(dtype, (True, False, True))
+    module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
+    for seed in range(2):
+        ids, offs = _inputs(bags, batch=4, seed=seed)
+        flat_ids, flat_offs = _flat(ids, offs, 4)
+        want = module(ids, offs)
+        got = module(flat_ids, flat_offs)
+        assert all(torch.equal(a, b) and a.dtype == dtype for a, b in zip(got, want, strict=True))
+        ones = torch.ones(flat_ids.numel())
+        weighted = module(flat_ids, flat_offs, ones)  # the general road, cut per bag
+        assert all(torch.equal(a, b) for a, b in zip(weighted, want, strict=True))
+    mixed = [nn.EmbeddingBag(7, 3), nn.EmbeddingBag(5, 4, mode="mean", include_last_offset=True)]
+    ids, offs = _inputs(mixed, batch=3, seed=3)
+    dropin = EmbeddingBags.from_torch(mixed)
+    want = dropin(ids, offs)
+    got = dropin(*_flat(ids, offs, 3))
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    debug = EmbeddingBags.from_torch(bags, kernel="bag-concat", config=DropInConfig(debug=True))
+    bad_ids, bad_offs = _flat([torch.full_like(ids[0], 13), *_inputs(bags, 3, 3)[0][1:]],
+                              _inputs(bags, 3, 3)[1], 3)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"indices\[0\]: id 13 is outside bags\[0\]'s rows"):
+        debug(bad_ids, bad_offs)
+
+
+def test_the_tbe_layout_refuses_what_it_cannot_cut() -> None:
+    bags = _bags(torch.float32, (False, False, False))
+    module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
+    ids, offs = _flat(*_inputs(bags, batch=4, seed=0), 4)
+    with pytest.raises(ConfigError, match=r"offsets: length 12 is not 3 inputs x B \+ 1"):
+        module(ids, offs[:-1])
+    with pytest.raises(ConfigError, match="offsets: with indices as one tensor"):
+        module(ids, [offs])
+    with pytest.raises(ConfigError, match="indices: expected a 1-D int64 tensor"):
+        module(ids.int(), offs)
+    with pytest.raises(ConfigError, match="per_sample_weights: with indices as one tensor"):
+        module(ids, offs, [torch.ones(3)])

@@ -5,6 +5,7 @@ only); ``quantize`` makes one over the tables in another row format, with the er
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
@@ -39,7 +40,7 @@ from recperf.embed.dropin_inputs import (
     values_ok,
 )
 from recperf.embed.kernel_choice import KernelChoice, check_hot_rows
-from recperf.embed.kernels.base import PartsKernel, Pooling, Tables
+from recperf.embed.kernels.base import Lookup, PartsKernel, Pooling, Tables
 from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, dim_of, format_of
 from recperf.embed.traces import Trace
 
@@ -291,10 +292,13 @@ class EmbeddingBags(nn.Module):
         per_sample_weights: Sequence[torch.Tensor | None] | None = None,
     ) -> Any:
         """Built from bags: ``indices`` (and ``offsets``, ``per_sample_weights`` when given) hold
-        one tensor per bag, as each bag takes them; returns one pooled tensor per bag. Built
-        from TorchRec: ``indices`` is the ``KeyedJaggedTensor``; returns a ``KeyedTensor``."""
+        one tensor per bag, as each bag takes them, or one tensor each in the TBE layout (see
+        ``_forward_flat``); returns one pooled tensor per bag. Built from TorchRec: ``indices``
+        is the ``KeyedJaggedTensor``; returns a ``KeyedTensor``."""
         if self.training and torch.is_grad_enabled():
             raise ConfigError(TRAIN_REFUSED)
+        if isinstance(indices, torch.Tensor) and not self.torchrec:
+            return self._forward_flat(indices, offsets, per_sample_weights)
         group = self._groups[0]
         if (self._plain and group.parts and not group.pending and per_sample_weights is None
                 and not self.config.debug):  # fmt: skip
@@ -312,6 +316,36 @@ class EmbeddingBags(nn.Module):
         if self.torchrec:
             return self._keyed(pooled, batch)
         return self._outputs(pooled)
+
+    def _forward_flat(self, indices: torch.Tensor, offsets: Any, weights: Any) -> Any:
+        """The inputs in FBGEMM's TBE layout, as a pipeline that concatenates them delivers
+        them: ``indices`` every input's ids (input 0's bags for all B samples, then input
+        1's, ...), ``offsets`` int64 ``[n_inputs * B + 1]`` bag starts into it (the last, its
+        length), ``per_sample_weights`` float32 like ``indices`` or None. One kernel pooling
+        them all takes them as they are; otherwise they are cut into per-input views."""
+        n = len(self._slots)
+        if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1:
+            raise ConfigError(f"offsets: with indices as one tensor (the TBE layout), one 1-D "
+                              f"tensor of {n} inputs x B bag starts + 1")  # fmt: skip
+        bags = int(offsets.shape[0]) - 1
+        if bags < n or bags % n:
+            raise ConfigError(f"offsets: length {bags + 1} is not {n} inputs x B + 1 (B >= 1)")
+        if weights is not None and not isinstance(weights, torch.Tensor):
+            raise ConfigError("per_sample_weights: with indices as one tensor, one tensor too")
+        lookup = Lookup(indices=indices, offsets=offsets, batch_size=bags // n,
+                        per_sample_weights=weights)  # fmt: skip
+        group = self._groups[0]
+        same = indices.device == offsets.device == self._dev
+        if (self._plain and group.parts and not group.pending and weights is None
+                and not self.config.debug and same):  # fmt: skip
+            with torch.no_grad():
+                return list(cast(PartsKernel, group.kernel).pool_lookup(lookup).unbind(0))
+        b = lookup.batch_size
+        starts = offsets[::b].tolist()
+        ids = [indices[s:e] for s, e in itertools.pairwise(starts)]
+        offs = [offsets[i * b : (i + 1) * b + end] - starts[i] for i, end in enumerate(self._ends)]
+        psw = None if weights is None else [weights[s:e] for s, e in itertools.pairwise(starts)]
+        return self.forward(ids, offs, psw)
 
     def _outputs(self, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
         """Each slot's contiguous ``[B, D]`` in its output dtype: views of its group's

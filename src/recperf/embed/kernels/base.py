@@ -253,6 +253,10 @@ class PartsKernel(Protocol):
         does), float32 for others; the same pooling as ``__call__``."""
         ...
 
+    def pool_lookup(self, lookup: Lookup) -> torch.Tensor:
+        """``pool_parts`` of a batch in the TBE layout (the tables' ids already concatenated)."""
+        ...
+
 
 def bag_starts(offsets: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
     """int64 ``[T, B]``: each table's first B offsets (its bag starts) stacked, in one copy
