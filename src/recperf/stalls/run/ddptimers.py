@@ -55,6 +55,9 @@ class DdpTimers:
     and its reducer, must go before the process group they use)."""
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel, anchor: tuple[int, float]) -> None:
+        if any(p.is_cuda for p in ddp.parameters()):
+            raise ValueError("comm='ddp-timers': DDP times CUDA models with CUDA events, which "
+                             "give durations only; use comm='hook'")  # fmt: skip
         ddp._set_ddp_runtime_logging_sample_rate(1)  # type: ignore[no-untyped-call]
         self._ddp = weakref.ref(ddp)
         self._anchor_ns, self._anchor_s = anchor
