@@ -12,6 +12,7 @@ from recperf.stalls.run import differential
 from recperf.stalls.run.ddptimers import CommWindow
 from recperf.stalls.run.hook import TRACE_FORMAT, IterRecord, Profiler
 from recperf.stalls.run.profile import ddp_buckets
+from recperf.stalls.run.ranktrace import read_rank_run
 from recperf.stalls.run.spec import RunSpec
 from recperf.stalls.trace import breakdown, kineto
 from recperf.stalls.trace.intervals import length, merge
@@ -85,7 +86,7 @@ def test_run_stats_drops_warmup_and_averages_ranks() -> None:
     spec = RunSpec(name="intra", workload="mlp", ranks=2, warmup=1)
     slow = _trace([_rec(0, 0.5, 5.0), _rec(10, 0.1, 1.0), _rec(20, 0.1, 1.2)], warmup=1)
     fast = _trace([_rec(0, 0.5, 5.0), _rec(10, 0.2, 0.8), _rec(20, 0.2, 0.8)], warmup=1)
-    s = differential.run_stats(spec, [slow, fast])
+    s = differential.run_stats(spec, [read_rank_run(slow), read_rank_run(fast)])
     assert s.iteration_s == pytest.approx(((1.1 + 1.3) / 2 + 1.0) / 2)
     assert s.data_wait_s == pytest.approx(0.15)
     assert s.grad_bytes == 100 and s.flops_per_iter == 1e6

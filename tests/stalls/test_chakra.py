@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from recperf.cli.main import app
 from recperf.core.errors import ConfigError
 from recperf.stalls.run import differential, runner
+from recperf.stalls.run.ranktrace import read_rank_run
 from recperf.stalls.run.spec import RunSpec
 from recperf.stalls.trace.chakra import Iteration, backward_segments, build_nodes, pick_run
 from recperf.stalls.trace.chakra_schema import (
@@ -134,7 +135,7 @@ def test_files_match_the_traces(
         prev_opt = opt.id
     # the backward segments add up to the analysis's backward compute (backward less exposed)
     spec = RunSpec.load(profile / "runs" / "intra" / "spec.json")
-    backward_s = differential.run_stats(spec, [trace]).backward_s
+    backward_s = differential.run_stats(spec, [read_rank_run(trace)]).backward_s
     segs = [n.duration_micros for n in nodes if n.name.startswith("backward#")]
     assert sum(segs) / 3 / 1e6 == pytest.approx(backward_s, abs=3 * len(segs) * 1e-6)
     assert summary["ranks"][rank]["comm_nodes"] == 6

@@ -20,10 +20,9 @@ JSON_BOUNDARY = frozenset({"to_json", "from_json"})
 """Methods that turn a typed result into its JSON object and back: dicts by definition."""
 ALLOWED = {
     ("cost/inputs.py", "ProfileSummary.from_mapping"): "reads a summary.json object (from_json)",
-    ("run/differential.py", "check_trace"): "checks a raw recperf rank trace JSON document",
-    ("run/differential.py", "load_trace"): "reads a raw recperf rank trace JSON document",
-    ("run/differential.py", "run_stats"): "pending: reads load_trace's raw rank trace documents",
-    ("run/differential.py", "comm_samples"): "pending: reads load_trace's raw rank trace documents",
+    ("run/ranktrace.py", "check_trace"): "checks a raw recperf rank trace JSON document",
+    ("run/ranktrace.py", "load_trace"): "reads a raw recperf rank trace JSON document",
+    ("run/ranktrace.py", "read_rank_run"): "turns a raw rank trace document into a typed RankRun",
     ("run/hook.py", "Profiler.trace"): "builds the rank's Chrome trace JSON document",
     ("run/hook.py", "Profiler.write_trace"): "meta: the user's own keys, written into the trace",
     ("run/hook.py", "kineto_events"): "builds Chrome trace events (JSON objects)",

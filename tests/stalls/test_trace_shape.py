@@ -17,6 +17,7 @@ import pytest
 
 from recperf.stalls.run import differential, runner
 from recperf.stalls.run.hook import ANNOTATION, MAIN_TID, TRACE_FORMAT, IterRecord, Profiler
+from recperf.stalls.run.ranktrace import read_rank_run
 from recperf.stalls.run.spec import RunSpec
 from recperf.stalls.trace import breakdown, kineto
 
@@ -223,7 +224,8 @@ def test_holistic_trace_analysis_loads_them_and_agrees(
         assert depth == {"ProfilerStep": {0}, "recperf:data_wait": {1}, "recperf:step": {1},
                          **{p: {2} for p in PHASES}, "recperf:allreduce": {0}}  # fmt: skip
         # HTA's times are ours rounded to whole microseconds (ts up, end down)
-        ours = differential.run_stats(RunSpec(name="intra", workload="mlp", ranks=2), [trace])
+        ours = differential.run_stats(RunSpec(name="intra", workload="mlp", ranks=2),
+                                       [read_rank_run(trace)])  # fmt: skip
         timed = df[df["iteration"] >= WARMUP]
         steps = [d for d, n in zip(timed["dur"], timed["name"], strict=True)
                  if sym[n].startswith("ProfilerStep#")]  # fmt: skip

@@ -1,10 +1,9 @@
 """From rank traces to stall figures: per-run statistics computed from the traces (the direct
-method), and the differential decomposition across runs that each add one source of stall
-(the DS-Analyzer method), with the two cross-checked."""
+method; ``ranktrace`` reads them), and the differential decomposition across runs that each add
+one source of stall (the DS-Analyzer method), with the two cross-checked."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -13,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from recperf.core.errors import ConfigError
-from recperf.core.files import TRACE_MAX_BYTES, check_input
-from recperf.core.text import read_utf8
 from recperf.stalls.model.comm import CommSample
 from recperf.stalls.result import STALLS
-from recperf.stalls.run.hook import ANNOTATION, TRACE_FORMAT, TRACE_FORMATS
 from recperf.stalls.run.netem import parse_bandwidth
+from recperf.stalls.run.ranktrace import RankRun, load_rank_run
+
+# Re-exported: tests (test_profiler's among them) read a trace's spans and figures through here.
+from recperf.stalls.run.ranktrace import _iteration_figures as _iteration_figures
+from recperf.stalls.run.ranktrace import _iterations as _iterations
 from recperf.stalls.run.spec import RunSpec
-from recperf.stalls.trace.intervals import length, merge
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -66,57 +66,11 @@ Z95 = 1.96
 """Normal quantile of a two-sided 95% interval."""
 
 
-def _iterations(trace: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per-iteration spans of one rank's trace (either format), warmup dropped."""
-    meta = trace.get("recperf", {})
-    if meta.get("format") not in TRACE_FORMATS:
-        raise ConfigError(f"not a recperf stall trace (format {meta.get('format')!r})")
-    its: dict[int, dict[str, Any]] = {}
-    for ev in trace["traceEvents"]:
-        if ev.get("ph", "X") != "X" or str(ev["name"]).startswith("ProfilerStep#"):
-            continue  # names of threads, and the span that holds data_wait + step
-        name = str(ev["name"]).removeprefix(ANNOTATION)  # format 1 had bare names
-        i = int(ev["args"]["iteration"])
-        it = its.setdefault(i, {"phases": {}, "comm": []})
-        a, b = ev["ts"] / 1e6, (ev["ts"] + ev["dur"]) / 1e6
-        if name in ("data_wait", "step"):
-            it[name] = (a, b)
-        elif name == "allreduce":  # (start, end, last launch, buckets): a bucket or a window
-            last, n = ev["args"].get("last_launch"), int(ev["args"].get("buckets", 1))
-            it["comm"].append((a, b, a if last is None else last / 1e6, n))
-        else:
-            it["phases"][name] = (a, b)
-    warmup = int(meta.get("warmup", 0))
-    return [its[i] for i in sorted(its) if i >= warmup]
-
-
-def _iteration_figures(it: dict[str, Any]) -> dict[str, float]:
-    (d0, d1), (s0, s1) = it["data_wait"], it["step"]
-    comm = it["comm"]
-    exposed = 0.0
-    if comm:
-        last_launch = max(c[2] for c in comm)
-        exposed = min(max(0.0, max(c[1] for c in comm) - last_launch), max(0.0, s1 - last_launch))
-    busy = length(merge(c[:2] for c in comm))
-    bwd = it["phases"].get("backward")
-    backward = (bwd[1] - bwd[0]) if bwd else float("nan")
-    return {
-        "iteration_s": s1 - d0,
-        "data_wait_s": d1 - d0,
-        "compute_s": (s1 - s0) - exposed,
-        "backward_s": max(0.0, backward - exposed),
-        "exposed_comm_s": exposed,
-        "overlapped_comm_s": max(0.0, busy - exposed),
-        "comm_busy_s": busy,
-        "buckets": float(sum(c[3] for c in comm)),
-    }
-
-
-def run_stats(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> RunStats:
+def run_stats(spec: RunSpec, traces: Sequence[RankRun]) -> RunStats:
     """Means over timed iterations per rank, then over ranks (medians of iteration time too)."""
     per_rank, medians, sems = [], [], []
     for tr in traces:
-        figs = [_iteration_figures(it) for it in _iterations(tr)]
+        figs = tr.iterations
         if not figs:
             raise ConfigError(f"run {spec.name}: a rank trace has no timed iterations")
         per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
@@ -125,114 +79,44 @@ def run_stats(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> RunStats:
             times = [f["iteration_s"] for f in figs]
             sems.append(statistics.stdev(times) / math.sqrt(len(times)))
     mean = {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}
-    meta = traces[0]["recperf"]
+    meta = traces[0]
     return RunStats(
         name=spec.name,
         ranks=spec.ranks,
         nodes=spec.nodes,
         iteration_median_s=statistics.fmean(medians),
         iteration_sem_s=statistics.fmean(sems) if len(sems) == len(traces) else None,
-        grad_bytes=int(meta["grad_bytes"]),
-        param_bytes=int(meta["param_bytes"]),
-        num_param_tensors=int(meta["num_param_tensors"]),
-        flops_per_iter=float(meta["flops_per_iter"]),
-        device_name=str(meta["device_name"]),
-        instrumented=bool(meta["instrumented"]),
+        grad_bytes=meta.grad_bytes,
+        param_bytes=meta.param_bytes,
+        num_param_tensors=meta.num_param_tensors,
+        flops_per_iter=meta.flops_per_iter,
+        device_name=meta.device_name,
+        instrumented=meta.instrumented,
         **mean,
     )
 
 
-META_KEYS = {"grad_bytes": int, "param_bytes": int, "num_param_tensors": int,
-             "flops_per_iter": float, "device_name": str, "instrumented": bool}  # fmt: skip
-"""The run metadata a rank trace's ``recperf`` object must hold, and its type."""
-EVENT_KEYS = {"name": str, "ts": float, "dur": float}
-ARG_KEYS = {"bytes": int, "buckets": int, "last_launch": float}
-"""An all-reduce span's args the analysis reads where present (a window has the last two)."""
-
-
-def _kind_ok(value: Any, kind: type) -> bool:
-    if kind is bool or kind is str:
-        return isinstance(value, kind)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return False
-    return kind is float or float(value).is_integer()
-
-
-def check_trace(trace: Any, source: str) -> dict[str, Any]:
-    """``trace`` if it is a recperf rank trace with every field the analysis reads, else one
-    ConfigError naming ``source`` and the field."""
-
-    def bad(field: str, why: str) -> ConfigError:
-        return ConfigError(f"{source}: not a recperf stall trace: {field} {why}")
-
-    if not isinstance(trace, dict):
-        raise bad("the document", f"is a JSON {type(trace).__name__}, expected an object")
-    meta = trace.get("recperf")
-    if not isinstance(meta, dict) or meta.get("format") not in TRACE_FORMATS:
-        got = meta.get("format") if isinstance(meta, dict) else None
-        old = " or ".join(repr(f) for f in TRACE_FORMATS if f != TRACE_FORMAT)
-        raise bad("'recperf.format'", f"is {got!r}, expected {TRACE_FORMAT!r} (or {old})")
-    for key, kind in (*META_KEYS.items(), ("warmup", int)):
-        if (key != "warmup" or key in meta) and not _kind_ok(meta.get(key), kind):
-            raise bad(f"'recperf.{key}'", f"= {meta.get(key)!r}, expected {kind.__name__}")
-    events = trace.get("traceEvents")
-    if not isinstance(events, list):
-        raise bad("'traceEvents'", "is missing or not a list")
-    for i, ev in enumerate(events):
-        where = f"'traceEvents[{i}]"
-        if not isinstance(ev, dict):
-            raise bad(f"{where}'", "is not an object")
-        if ev.get("ph", "X") not in ("X", "M"):
-            raise bad(f"{where}.ph'", f"= {ev.get('ph')!r}, expected 'X' or 'M'")
-        if ev.get("ph") == "M":  # thread and process names: nothing the analysis reads
-            continue
-        for key, kind in EVENT_KEYS.items():
-            if not _kind_ok(ev.get(key), kind):
-                raise bad(f"{where}.{key}'", f"= {ev.get(key)!r}, expected {kind.__name__}")
-        args = ev.get("args")
-        if not isinstance(args, dict) or not _kind_ok(args.get("iteration"), int):
-            raise bad(f"{where}.args.iteration'", "is missing or not an integer")
-        for key, kind in ARG_KEYS.items():
-            if key in args and not _kind_ok(args[key], kind):
-                raise bad(f"{where}.args.{key}'", f"= {args[key]!r}, expected {kind.__name__}")
-    for it in _iterations(trace):
-        if "data_wait" not in it or "step" not in it:
-            raise bad("an iteration", "lacks its data_wait or step event")
-    return trace
-
-
-def load_trace(path: Path) -> dict[str, Any]:
-    """One rank's trace file, checked by ``check_trace``; unreadable JSON is one ConfigError."""
-    check_input(path, "stall trace", max_bytes=TRACE_MAX_BYTES)
-    try:
-        data = json.loads(read_utf8(path))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise ConfigError(f"{path}: not a recperf stall trace: {why}") from None
-    return check_trace(data, str(path))
-
-
 def run_stats_from_files(spec: RunSpec, paths: Sequence[Path]) -> RunStats:
     """``run_stats`` of the rank trace files ``paths``, each checked first."""
-    traces = [load_trace(p) for p in paths]
-    for path, trace in zip(paths, traces, strict=True):
-        if not _iterations(trace):
+    runs = [load_rank_run(p) for p in paths]
+    for path, run in zip(paths, runs, strict=True):
+        if not run.iterations:
             raise ConfigError(f"{path}: the rank trace has no timed iterations")
-    return run_stats(spec, traces)
+    return run_stats(spec, runs)
 
 
-def comm_samples(spec: RunSpec, traces: Sequence[Mapping[str, Any]]) -> list[CommSample]:
+def comm_samples(spec: RunSpec, traces: Sequence[RankRun]) -> list[CommSample]:
     """The run's all-reduce microbenchmark (mean over ranks of each size's median)."""
     if spec.ranks < 2 or not spec.comm:
         return []
     bandwidth = parse_bandwidth(spec.bandwidth) / 8 if spec.nodes > 1 and spec.bandwidth else None
-    rows = [tr["recperf"].get("microbench", []) for tr in traces]
+    rows = [tr.microbench for tr in traces]
     out = []
-    for k, first in enumerate(rows[0]):
-        seconds = statistics.fmean(r[k]["seconds"] for r in rows)
+    for k, (nbytes, _) in enumerate(rows[0]):
+        seconds = statistics.fmean(r[k][1] for r in rows)
         out.append(
             CommSample(
-                grad_bytes=first["bytes"],
+                grad_bytes=nbytes,
                 buckets=1,
                 ranks=spec.ranks,
                 nodes=spec.nodes,

@@ -22,6 +22,7 @@ from recperf.stalls.base import WORKLOADS, DataSpec, Workload, grad_bytes
 from recperf.stalls.model.comm import CommSample
 from recperf.stalls.result import FIGURES, StallSummary
 from recperf.stalls.run import differential, netem, runner
+from recperf.stalls.run.ranktrace import load_rank_run
 from recperf.stalls.run.spec import RunSpec, data_batches
 from recperf.stalls.trace import breakdown, kineto
 
@@ -195,7 +196,7 @@ def profile(config: ProfileConfig, out: Path, progress: Progress | None = None) 
             if spec.data == "real":
                 (runner.warm if spec.cache == "warm" else runner.evict)(files)
             run_dir = out / "runs" / spec.name
-            traces = [differential.load_trace(p) for p in runner.launch(spec, run_dir, net)]
+            traces = [load_rank_run(p) for p in runner.launch(spec, run_dir, net)]
             stats[spec.name] = differential.run_stats(spec, traces)
             loads[spec.name] = host_load()
             if spec.torch_trace_iters:
@@ -253,7 +254,7 @@ def bandwidth_samples(network: RunSpec, bandwidths: tuple[str, ...], out: Path) 
                        warmup=0, torch_trace_iters=0)  # fmt: skip
         with netem.machines(network.nodes, bandwidth) as net:
             paths = runner.launch(spec, out / "runs" / spec.name, net)
-        samples += differential.comm_samples(spec, [differential.load_trace(p) for p in paths])
+        samples += differential.comm_samples(spec, [load_rank_run(p) for p in paths])
     return samples
 
 

@@ -117,7 +117,7 @@ def _rank_env(spec: RunSpec, rank: int, addr: str, port: int, ifname: str) -> di
 
 def launch(spec: RunSpec, run_dir: Path, net: EmulatedNetwork | None = None) -> list[Path]:
     """Run ``spec`` with its ranks as local processes; return the rank trace files in rank order
-    (read them with ``differential.load_trace``). ``net`` (required when ``spec.nodes > 1``)
+    (read them with ``ranktrace.load_rank_run``). ``net`` (required when ``spec.nodes > 1``)
     holds the emulated nodes."""
     if spec.nodes > 1 and (net is None or len(net.nodes) != spec.nodes):
         raise RunError(f"run {spec.name}: {spec.nodes} nodes need an emulated network of as many")

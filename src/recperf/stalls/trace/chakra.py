@@ -58,12 +58,12 @@ class RankRead:
 
 
 def read_rank(path: Path) -> RankRead:
-    """The timed iterations of one rank trace (read with ``run.differential``, either trace
+    """The timed iterations of one rank trace (read with ``run.ranktrace``, any trace
     format) and the figures of its ``recperf`` metadata the export writes."""
-    from recperf.stalls.run import differential
+    from recperf.stalls.run import ranktrace
 
-    trace = differential.load_trace(path)
-    its = differential._iterations(trace)
+    trace = ranktrace.load_trace(path)
+    its = ranktrace._iterations(trace)
     events = [e for e in trace["traceEvents"] if isinstance(e.get("args"), dict)]
     numbers = sorted({int(e["args"]["iteration"]) for e in events if "iteration" in e["args"]})
     sizes: dict[int, list[tuple[float, int]]] = {}
