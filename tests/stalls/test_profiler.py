@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -59,13 +60,18 @@ def group(tmp_path: Path) -> Iterator[None]:
         dist.destroy_process_group()
 
 
-def test_ddp_hook_times_every_bucket_and_keeps_gradients(group: None) -> None:
+def _twins() -> tuple[nn.Module, nn.Module, Any, Any]:
+    """Two copies of one MLP, each under DDP with small buckets (several per step)."""
     torch.manual_seed(0)
     plain = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
     timed = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
     timed.load_state_dict(plain.state_dict())
-    ddp_plain = nn.parallel.DistributedDataParallel(plain, bucket_cap_mb=0.5)
-    ddp_timed = nn.parallel.DistributedDataParallel(timed, bucket_cap_mb=0.5)
+    ddp = nn.parallel.DistributedDataParallel
+    return plain, timed, ddp(plain, bucket_cap_mb=0.5), ddp(timed, bucket_cap_mb=0.5)
+
+
+def test_ddp_hook_times_every_bucket_and_keeps_gradients(group: None) -> None:
+    plain, timed, ddp_plain, ddp_timed = _twins()
     prof = Profiler(ddp_timed, cuda=False, comm="hook")
     assert prof.hooked and prof.comm_timing == "hook"
     x = torch.randn(8, 64)
@@ -87,12 +93,7 @@ def test_ddp_hook_times_every_bucket_and_keeps_gradients(group: None) -> None:
 def test_ddp_timers_time_each_iteration_without_a_hook(group: None) -> None:
     """The default on the CPU: no comm hook (DDP keeps its fused averaging, so gradients are
     bit for bit plain DDP's), and each step gets the window DDP's reducer timed, inside it."""
-    torch.manual_seed(0)
-    plain = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
-    timed = nn.Sequential(nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 600))
-    timed.load_state_dict(plain.state_dict())
-    ddp_plain = nn.parallel.DistributedDataParallel(plain, bucket_cap_mb=0.5)
-    ddp_timed = nn.parallel.DistributedDataParallel(timed, bucket_cap_mb=0.5)
+    plain, timed, ddp_plain, ddp_timed = _twins()
     prof = Profiler(ddp_timed, cuda=False)
     assert prof.comm_timing == "ddp-timers" and not prof.hooked
     assert ddp_timed._get_ddp_logging_data().get("comm_hook") in (None, "")
