@@ -354,15 +354,16 @@ def _timed_allreduce(state: Profiler, bucket: Any) -> torch.futures.Future[torch
     Kept lean, being on the backward pass. The mean is taken as DDP's hook-less path takes it,
     by multiplying with 1 / world size (``div_`` is slower; exact alike for powers of two);
     DDP fuses that into its copy into the bucket but hands a comm hook the bucket unscaled, so
-    this is one pass over the gradients, the bulk of the hook's cost. The collective goes to the
+    this is one pass over the gradients, the bulk of the hook's cost; it is timed as compute
+    (the launch is noted after it), as in DDP's own path. The collective goes to the
     model's process group directly, as DDP's own C++ path does (skipping ``dist.all_reduce``'s
     Python checks). DDP takes only a Python future from a Python hook, so the completion is a
     chained callback: it notes the time on the collective's thread as the result is handed on.
     """
     tensor = bucket.buffer()
-    start = state._stamp()
     if state._scale != 1.0:
         tensor.mul_(state._scale)
+    start = state._stamp()  # after the scaling, which DDP's own path does in its copy: compute
     fut = state._pg.allreduce([tensor]).get_future()
     comm, stamp, nbytes = state._comm, state._stamp, tensor.nbytes
 
