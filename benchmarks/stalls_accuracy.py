@@ -31,6 +31,7 @@ from recperf.stalls.run import netem, runner
 from recperf.stalls.run.differential import run_stats_from_files
 from recperf.stalls.run.profile import ProfileConfig, profile
 from recperf.stalls.run.spec import RunSpec
+from recperf.stalls.study import LATENCY_HOLD
 
 BANDWIDTHS = ("200mbit", "500mbit", "1gbit")
 
@@ -65,7 +66,8 @@ def network_part(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         others = [
             CommSample(**c) for b, p in profiles.items() if b != bw for c in p["comm_samples"]
         ]
-        model = fit(others)
+        # one world size: the step latency is held, as the study holds it (fit refuses otherwise)
+        model = fit(others, hold=LATENCY_HOLD if len({c.ranks for c in others}) < 2 else None)
         predicted = predicted_network_stall(model, s)
         check = s["cross_check"]["network_stall_s"]
         measured = s["network_stall_s"]
