@@ -265,6 +265,40 @@ def test_a_collection_of_one_group_pools_in_key_order() -> None:
     torch.testing.assert_close(got.values(), want.values(), rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize("kernel", ["torch", "bag-concat", "fbgemm-tbe"])
+def test_a_kjt_in_feature_order_goes_to_the_kernel_whole(
+    kernel: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyedJaggedTensor whose keys are the features in order is one TBE-layout batch: the
+    one group's kernel takes it as it is (never cut per feature) and pools what the collection
+    pools; in another key order it is cut and pools the same."""
+    if kernel == "fbgemm-tbe":
+        pytest.importorskip("fbgemm_gpu")
+    import recperf.embed.dropin_torchrec as drt
+
+    torch.manual_seed(5)
+    tables = [EmbeddingBagConfig(name=f"t{i}", embedding_dim=3, num_embeddings=12,
+                                 feature_names=[f"f{i}"]) for i in range(4)]  # fmt: skip
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("cpu"))
+    module = EmbeddingBags.from_torchrec(ebc, kernel=kernel)
+    shuffled = _kjt(batch=4, seed=3, weighted=False)
+    jagged = shuffled.to_dict()
+    kjt = KeyedJaggedTensor.from_jt_dict({f"f{i}": jagged[f"f{i}"] for i in range(4)})
+    with torch.no_grad():
+        want = ebc(kjt)
+    cut = module(shuffled)
+    calls: list[int] = []
+    real = drt.kjt_inputs
+    monkeypatch.setattr(drt, "kjt_inputs", lambda *a: calls.append(1) or real(*a))
+    whole = module(kjt)
+    assert calls == [] and kjt.keys() == ["f0", "f1", "f2", "f3"]
+    assert whole.keys() == want.keys() and whole.length_per_key() == want.length_per_key()
+    torch.testing.assert_close(whole.values(), want.values(), rtol=1e-6, atol=1e-7)
+    assert torch.equal(whole.values(), cut.values())
+    module(shuffled)
+    assert calls == [1]  # another key order is cut per feature
+
+
 def test_auto_finds_the_cached_winner_and_falls_back_with_a_reason(tmp_path: Path) -> None:
     bags = _bags(seed=3)[:1]
     inputs = _inputs(bags, batch=4, seed=2)

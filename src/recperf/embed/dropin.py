@@ -114,6 +114,8 @@ class EmbeddingBags(nn.Module):
         self._dtypes: list[tuple[torch.dtype, ...]] = []
         self._in_order = False
         self._plain = False
+        self._kjt_whole = False
+        self._features: list[str] = []
         self._build()
         self.eval()
 
@@ -235,6 +237,10 @@ class EmbeddingBags(nn.Module):
             and not self.torchrec
             and self._dtypes[0][0] == self._groups[0].tables.out_dtype
         )
+        self._kjt_whole = self.torchrec and self._in_order and not self.weighted
+        """``forward`` may hand a KeyedJaggedTensor whose keys are the features in order to the
+        one group's kernel as it is (``kjt_lookup``)."""
+        self._features = [slot.feature for slot in self._slots]
         """``forward`` may take the short road (``plain_parts``) when its one group's kernel
         pools per-table inputs: they come out in the slots' dtype."""
 
@@ -300,6 +306,14 @@ class EmbeddingBags(nn.Module):
         if isinstance(indices, torch.Tensor) and not self.torchrec:
             return self._forward_flat(indices, offsets, per_sample_weights)
         group = self._groups[0]
+        if self._kjt_whole and not group.pending and offsets is None and not self.config.debug:
+            from recperf.embed.dropin_torchrec import kjt_lookup
+
+            lookup = kjt_lookup(indices, self._features, self._dev)
+            if lookup is not None:  # the KJT is one TBE-layout batch: no cutting, no concat
+                with torch.no_grad():
+                    pooled = [group.kernel(lookup)]  # [B, T, D]
+                return self._keyed(pooled, lookup.batch_size, table_major=False)
         if (self._plain and group.parts and not group.pending and per_sample_weights is None
                 and not self.config.debug):  # fmt: skip
             plain = plain_parts(indices, offsets, self._ends, self._dev)
@@ -441,8 +455,10 @@ class EmbeddingBags(nn.Module):
                 out[s] = p[j] if g.parts else p[:, j]
         return out
 
-    def _keyed(self, pooled: list[torch.Tensor], batch: int) -> Any:
-        """A KeyedTensor as the collection returns it (its key order and output dtype)."""
+    def _keyed(self, pooled: list[torch.Tensor], batch: int, table_major: bool = True) -> Any:
+        """A KeyedTensor as the collection returns it (its key order and output dtype);
+        ``pooled`` per group as ``_pool`` gives it, or (``table_major`` off) one group's
+        ``[B, T, D]`` whatever its kernel."""
         from recperf.embed.dropin_torchrec import keyed_tensor
 
         dims = [0] * len(self._slots)
@@ -450,7 +466,8 @@ class EmbeddingBags(nn.Module):
             for s in g.slots:
                 dims[s] = g.tables.dim
         one = self._groups[0]
-        if len(self._groups) == 1 and one.slots == tuple(range(len(self._slots))) and not one.parts:
+        in_order = len(self._groups) == 1 and one.slots == tuple(range(len(self._slots)))
+        if in_order and (not one.parts or not table_major):
             values = pooled[0].reshape(batch, sum(dims))  # already in key order: no copy
         else:
             values = torch.cat(self._per_slot(pooled), dim=1)

@@ -15,7 +15,7 @@ import torch
 
 from recperf.core.errors import ConfigError
 from recperf.embed.dropin_inputs import Slot, Source, TableSpec, check_bag
-from recperf.embed.kernels.base import Pooling
+from recperf.embed.kernels.base import Lookup, Pooling
 
 QUANT_FORMATS = {"fp32": torch.float32, "fp16": torch.float16, "int8": None, "int4": None}
 """FBGEMM ``SparseType`` values the drop-in reads from a quantized collection, and the float
@@ -159,6 +159,26 @@ def kjt_inputs(
     offsets = [jagged[s.feature].offsets() for s in slots]
     psw = [jagged[s.feature].weights() for s in slots] if weighted else None
     return values, offsets, psw
+
+
+def kjt_lookup(kjt: Any, features: Sequence[str], device: torch.device) -> Lookup | None:
+    """``kjt`` as one TBE-layout batch, its buffers as they are, where it already is one: its
+    keys ``features`` in order, one batch size, int64 values and offsets on ``device``, no
+    weights; else None (``kjt_inputs`` then cuts it per feature and checks each)."""
+    from torchrec import KeyedJaggedTensor  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    if not isinstance(kjt, KeyedJaggedTensor) or kjt.keys() != list(features):
+        return None
+    if kjt.variable_stride_per_key() or kjt.weights_or_none() is not None:
+        return None
+    values, offsets, batch = kjt.values(), kjt.offsets(), kjt.stride()
+    if values.dtype != torch.int64 or offsets.dtype != torch.int64 or batch < 1:
+        return None
+    if values.device != device or offsets.device != device or values.dim() != 1:
+        return None
+    if offsets.dim() != 1 or offsets.shape[0] != len(features) * batch + 1:
+        return None
+    return Lookup(indices=values, offsets=offsets, batch_size=batch)
 
 
 def keyed_tensor(keys: list[str], dims: list[int], values: torch.Tensor) -> Any:
