@@ -177,6 +177,7 @@ def overhead_rank(blocks: int, block_iters: int, out: Path) -> None:
     variant, trained in blocks of ``block_iters`` iterations in the same processes, one block
     of each variant per round in a balanced order; wall and process CPU time of every
     iteration."""
+    import gc
     import os
 
     import torch
@@ -237,6 +238,10 @@ def overhead_rank(blocks: int, block_iters: int, out: Path) -> None:
                 wall.append(time.perf_counter() - t0)
                 cpu.append(time.process_time() - c0)
             record.append({"variant": v, "round": r, "wall": wall, "cpu": cpu})
+    dist.barrier()
+    for held in (profs, opts, models):  # DDP's reducers go before the process group they use
+        held.clear()
+    gc.collect()
     dist.destroy_process_group()
     if int(os.environ["RANK"]) == 0:
         out.write_text(json.dumps(record))

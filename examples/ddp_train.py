@@ -14,6 +14,7 @@ trains alone, without DDP.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import time
 from datetime import timedelta
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> None:
             prof.step()
     if distributed:
         dist.barrier()
+        del model, opt  # DDP's reducer goes before the process group it uses
+        gc.collect()
         dist.destroy_process_group()
     if rank == 0:
         print(f"trained {args.steps} steps; traces in {args.trace_dir or '(not traced)'}")
