@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from recperf.core.errors import ConfigError
-from recperf.embed.kernel_choice import measured_choice
+from recperf.embed.autotune import TuneResult
+from recperf.embed.kernel_choice import in_place_tie, measured_choice
 from recperf.embed.kernels import KERNELS, Lookup, Tables, make_lookup
-from recperf.embed.kernels.base import KernelTraits, kernels_for
+from recperf.embed.kernels.base import KernelTraits, kernel_traits, kernels_for
 from recperf.embed.kernels.reference import TorchReference
 
 CPU_FLOAT = KernelTraits(formats=frozenset({"fp32"}), cpu=True)
@@ -79,6 +80,26 @@ def test_hot_row_kernels_are_candidates_only_with_hot_rows(tmp_path: Path) -> No
     assert "torch-hot" in choice.note and choice.source == "measured"
 
 
+def test_a_close_winner_over_float32_copies_gives_way_to_rows_read_in_place() -> None:
+    """The reference reads float32 copies of the rows (2-8x the memory of int8/int4/fp16): a
+    kernel reading them in place within 5% of it is chosen instead; further off, or on fp32
+    rows, the measured winner stands."""
+
+    def result(torch_ms: float, other_ms: float) -> TuneResult:
+        return TuneResult(kernel="torch", params={}, ms=torch_ms, candidates=[
+            {"kernel": "torch", "params": {}, "ms": torch_ms},
+            {"kernel": "bag-concat", "params": {}, "ms": other_ms},
+            {"kernel": "torch-hot", "rejected": "needs hot rows"},
+        ])  # fmt: skip
+
+    tie = in_place_tie(result(2.70, 2.80), "int4")
+    assert tie is not None and tie["kernel"] == "bag-concat"
+    assert in_place_tie(result(2.70, 2.80), "fp32") is None  # no copy to save
+    assert in_place_tie(result(2.70, 2.84), "int8") is None  # 5.2% off: the winner stands
+    assert in_place_tie(result(2.70, 80.0), "fp8") is None
+    assert kernel_traits("torch").reads_fp32 and not kernel_traits("bag-concat").reads_fp32
+
+
 def test_measured_choice_refuses_no_batches() -> None:
     tables, _ = _tables_and_lookups()
     with pytest.raises(ConfigError, match="lookups"):
@@ -95,7 +116,7 @@ from fbgemm_gpu.split_table_batched_embeddings_ops_inference import (  # noqa: E
 )
 
 from recperf.embed.kernels import check_kernel  # noqa: E402
-from recperf.embed.kernels.base import kernel_traits, magnitude, mismatch  # noqa: E402
+from recperf.embed.kernels.base import magnitude, mismatch  # noqa: E402
 from recperf.embed.kernels.formats import quantize  # noqa: E402
 from recperf.embed.kernels.peers import row_alignment  # noqa: E402
 
@@ -194,3 +215,18 @@ def test_fbgemm_tbe_refuses_an_id_outside_its_table() -> None:
     with pytest.raises(RuntimeError):
         KERNELS.build("fbgemm-tbe", None, tables)(bad)
     assert bad.indices.tolist() == [4]  # the caller's ids are untouched
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_auto_does_not_time_float32_copies_of_integer_rows(fmt: str) -> None:
+    """Where a kernel reads int8/int4 rows in place, the reference (float32 copies, 4-8x the
+    memory, flattered by a first call's cache-warm rounds) is not a candidate; the note says so."""
+    g = torch.Generator().manual_seed(3)
+    packed = [quantize(torch.randn(r, 8, generator=g), fmt) for r in (30, 5, 12)]
+    tables = Tables(weights=tuple(q for q, _ in packed), fmt=fmt,
+                    scale_bias=tuple(sb for _, sb in packed))  # fmt: skip
+    lookups = [make_lookup(tables, batch_size=4, pooling_factor=3, seed=1)]
+    assert "torch" in kernels_for(fmt, "cpu") and "fbgemm-tbe" in kernels_for(fmt, "cpu")
+    choice = measured_choice(tables, lookups, None, cache=None, reps=1)
+    assert choice.kernel == "fbgemm-tbe"
+    assert f"not timed: torch (float32 copies of the {fmt} rows)" in choice.note
