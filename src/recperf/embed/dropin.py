@@ -237,12 +237,12 @@ class EmbeddingBags(nn.Module):
             and not self.torchrec
             and self._dtypes[0][0] == self._groups[0].tables.out_dtype
         )
+        """``forward`` may take the short road (``plain_parts``) when its one group's kernel
+        pools per-table inputs: they come out in the slots' dtype."""
         self._kjt_whole = self.torchrec and self._in_order and not self.weighted
         """``forward`` may hand a KeyedJaggedTensor whose keys are the features in order to the
         one group's kernel as it is (``kjt_lookup``)."""
         self._features = [slot.feature for slot in self._slots]
-        """``forward`` may take the short road (``plain_parts``) when its one group's kernel
-        pools per-table inputs: they come out in the slots' dtype."""
 
     def _labels(self, slots: Sequence[int]) -> str:
         return ", ".join(dict.fromkeys(self._tables[self._slots[s].table].label for s in slots))
