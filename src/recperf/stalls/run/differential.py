@@ -79,20 +79,13 @@ def run_stats(spec: RunSpec, traces: Sequence[RankRun]) -> RunStats:
             times = [f["iteration_s"] for f in figs]
             sems.append(statistics.stdev(times) / math.sqrt(len(times)))
     mean = {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}
-    meta = traces[0]
     return RunStats(
         name=spec.name,
         ranks=spec.ranks,
         nodes=spec.nodes,
         iteration_median_s=statistics.fmean(medians),
         iteration_sem_s=statistics.fmean(sems) if len(sems) == len(traces) else None,
-        grad_bytes=meta.grad_bytes,
-        param_bytes=meta.param_bytes,
-        num_param_tensors=meta.num_param_tensors,
-        flops_per_iter=meta.flops_per_iter,
-        device_name=meta.device_name,
-        instrumented=meta.instrumented,
-        **mean,
+        **{**asdict(traces[0].meta), **mean},
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +21,30 @@ from recperf.stalls.trace.intervals import length, merge
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
-class RankRun:
-    """One rank's trace as the run statistics take it: each timed iteration's figures, the
-    run's metadata and the all-reduce microbenchmark the rank timed."""
+class RunMeta:
+    """The run metadata every rank trace's ``recperf`` object holds (``check_trace`` checks
+    these fields' types; ``RunStats`` carries them on)."""
 
-    iterations: tuple[Mapping[str, float], ...]
-    """Each timed iteration's figures by name (``_iteration_figures``), warm-up dropped."""
     grad_bytes: int
     param_bytes: int
     num_param_tensors: int
     flops_per_iter: float
     device_name: str
     instrumented: bool
+
+
+META_KEYS: dict[str, type] = typing.get_type_hints(RunMeta)
+"""``RunMeta``'s fields and their types, as a rank trace must hold them."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class RankRun:
+    """One rank's trace as the run statistics take it: each timed iteration's figures, the
+    run's metadata and the all-reduce microbenchmark the rank timed."""
+
+    iterations: tuple[Mapping[str, float], ...]
+    """Each timed iteration's figures by name (``_iteration_figures``), warm-up dropped."""
+    meta: RunMeta
     microbench: tuple[tuple[int, float], ...] = ()
     """(bytes, seconds) of each all-reduce size timed, in the order timed."""
 
@@ -41,12 +54,7 @@ def read_rank_run(trace: Mapping[str, Any]) -> RankRun:
     meta = trace["recperf"]
     return RankRun(
         iterations=tuple(_iteration_figures(it) for it in _iterations(trace)),
-        grad_bytes=int(meta["grad_bytes"]),
-        param_bytes=int(meta["param_bytes"]),
-        num_param_tensors=int(meta["num_param_tensors"]),
-        flops_per_iter=float(meta["flops_per_iter"]),
-        device_name=str(meta["device_name"]),
-        instrumented=bool(meta["instrumented"]),
+        meta=RunMeta(**{k: kind(meta[k]) for k, kind in META_KEYS.items()}),
         microbench=tuple(
             (int(m["bytes"]), float(m["seconds"])) for m in meta.get("microbench", [])
         ),
@@ -104,9 +112,6 @@ def _iteration_figures(it: dict[str, Any]) -> dict[str, float]:
     }
 
 
-META_KEYS = {"grad_bytes": int, "param_bytes": int, "num_param_tensors": int,
-             "flops_per_iter": float, "device_name": str, "instrumented": bool}  # fmt: skip
-"""The run metadata a rank trace's ``recperf`` object must hold, and its type."""
 EVENT_KEYS = {"name": str, "ts": float, "dur": float}
 ARG_KEYS = {"bytes": int, "buckets": int, "last_launch": float}
 """An all-reduce span's args the analysis reads where present (a window has the last two)."""
