@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from recperf.core.errors import ConfigError
-from recperf.stalls.run import differential
+from recperf.stalls.run import differential, ranktrace
 from recperf.stalls.run.ddptimers import CommWindow
 from recperf.stalls.run.hook import TRACE_FORMAT, IterRecord, Profiler
 from recperf.stalls.run.profile import ddp_buckets
@@ -55,8 +55,8 @@ def test_busy_time_is_the_union_of_the_spans() -> None:
 def test_exposed_is_from_last_launch_to_last_completion() -> None:
     # step 0.1..0.5; buckets (0.2, 0.35) and (0.3, 0.45): last launch 0.3, last done 0.45
     rec = _rec(0.0, 0.1, 0.4, comm=[(0.2, 0.35), (0.3, 0.45)], bwd=(0.15, 0.46))
-    it = differential._iterations(_trace([rec]))[0]
-    f = differential._iteration_figures(it)
+    it = ranktrace._iterations(_trace([rec]))[0]
+    f = ranktrace._iteration_figures(it)
     assert f["data_wait_s"] == pytest.approx(0.1)
     assert f["exposed_comm_s"] == pytest.approx(0.15)
     assert f["comm_busy_s"] == pytest.approx(0.25)
@@ -73,7 +73,7 @@ def test_a_ddp_timers_window_counts_from_its_last_launch_in_both_readers() -> No
     rec = _rec(0.0, 0.1, 0.4, bwd=(0.15, 0.46))
     rec.window = CommWindow(start=0.2, last_launch=0.3, end=0.45, nbytes=10, buckets=3)
     trace = _trace([rec])
-    f = differential._iteration_figures(differential._iterations(trace)[0])
+    f = ranktrace._iteration_figures(ranktrace._iterations(trace)[0])
     assert f["exposed_comm_s"] == pytest.approx(0.15)
     assert f["comm_busy_s"] == pytest.approx(0.25)
     assert f["compute_s"] == pytest.approx(0.4 - 0.15)
@@ -94,7 +94,7 @@ def test_run_stats_drops_warmup_and_averages_ranks() -> None:
 
 def test_not_a_trace_is_rejected() -> None:
     with pytest.raises(ConfigError, match="not a recperf stall trace"):
-        differential._iterations({"traceEvents": [], "recperf": {"format": "x"}})
+        ranktrace._iterations({"traceEvents": [], "recperf": {"format": "x"}})
     assert TRACE_FORMAT.startswith("recperf")
 
 

@@ -16,7 +16,7 @@ from recperf.cli.main import app
 from recperf.core.errors import ConfigError
 from recperf.stalls.model.comm import CommSample
 from recperf.stalls.model.fit import fit
-from recperf.stalls.run import differential, netem, runner
+from recperf.stalls.run import netem, ranktrace, runner
 from recperf.stalls.run.profile import ProfileConfig, busy_warning, profile
 from recperf.stalls.run.spec import RunSpec
 
@@ -288,8 +288,8 @@ def _hook_window(run_dir: Path, iters: int) -> dict[str, float]:
     timed iterations, the ones torch.profiler captured: means over iterations, then ranks."""
     per_rank = []
     for path in sorted(run_dir.glob("rank*.json")):
-        its = differential._iterations(json.loads(path.read_text()))[:iters]
-        figs = [differential._iteration_figures(it) for it in its]
+        its = ranktrace._iterations(json.loads(path.read_text()))[:iters]
+        figs = [ranktrace._iteration_figures(it) for it in its]
         per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
     return {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import nn
 
 from recperf.core.errors import ConfigError
-from recperf.stalls.run import differential
+from recperf.stalls.run import ranktrace
 from recperf.stalls.run.hook import Profiler
 from recperf.stalls.run.runner import free_port
 from recperf.stalls.run.spec import RunSpec
@@ -46,7 +46,7 @@ def test_data_wait_and_phases_are_timed(tmp_path: Path) -> None:
         assert name == "forward" and b - a >= 0.01
     trace = prof.write_trace(tmp_path / "rank0.json", meta={"warmup": 0})
     assert trace.is_file()
-    its = differential._iterations(prof.trace(0, {"warmup": 1}))
+    its = ranktrace._iterations(prof.trace(0, {"warmup": 1}))
     assert len(its) == 2
 
 
@@ -119,7 +119,7 @@ def test_ddp_timers_time_each_iteration_without_a_hook(group: None) -> None:
     (span,) = [e for e in prof.trace()["traceEvents"] if e["name"] == "recperf:allreduce"][-1:]
     assert span["args"]["buckets"] == windows[-2].buckets
     assert span["ts"] <= span["args"]["last_launch"] <= span["ts"] + span["dur"]
-    figs = differential._iteration_figures(differential._iterations(prof.trace())[-2])
+    figs = ranktrace._iteration_figures(ranktrace._iterations(prof.trace())[-2])
     last = windows[-2]
     assert figs["exposed_comm_s"] == pytest.approx(last.end - last.last_launch, abs=2e-6)
     with pytest.raises(ValueError, match="comm: 'bucket' is not one of auto, ddp-timers, hook"):

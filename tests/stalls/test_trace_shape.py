@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from recperf.stalls.run import differential, runner
+from recperf.stalls.run import differential, ranktrace, runner
 from recperf.stalls.run.hook import ANNOTATION, MAIN_TID, TRACE_FORMAT, IterRecord, Profiler
 from recperf.stalls.run.ranktrace import read_rank_run
 from recperf.stalls.run.spec import RunSpec
@@ -259,7 +259,7 @@ def test_the_kineto_reader_gives_the_hooks_figures_on_recperf_traces(
     every = [{**t, "recperf": {**t["recperf"], "warmup": 0}} for t in traces]
     per_rank = []
     for t in every:
-        figs = [differential._iteration_figures(it) for it in differential._iterations(t)]
+        figs = [ranktrace._iteration_figures(it) for it in ranktrace._iterations(t)]
         assert len(figs) == WARMUP + ITERS
         per_rank.append({k: statistics.fmean(f[k] for f in figs) for k in figs[0]})
     hook = {k: statistics.fmean(r[k] for r in per_rank) for k in per_rank[0]}

@@ -16,10 +16,6 @@ from recperf.stalls.model.comm import CommSample
 from recperf.stalls.result import STALLS
 from recperf.stalls.run.netem import parse_bandwidth
 from recperf.stalls.run.ranktrace import RankRun, load_rank_run
-
-# Re-exported: tests (test_profiler's among them) read a trace's spans and figures through here.
-from recperf.stalls.run.ranktrace import _iteration_figures as _iteration_figures
-from recperf.stalls.run.ranktrace import _iterations as _iterations
 from recperf.stalls.run.spec import RunSpec
 
 
