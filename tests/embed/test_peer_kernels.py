@@ -212,9 +212,40 @@ def test_fbgemm_reads_fp8_codes_and_int4_nibbles_as_formats_says() -> None:
 def test_fbgemm_tbe_refuses_an_id_outside_its_table() -> None:
     tables = Tables(weights=(torch.randn(4, 8),))
     bad = Lookup(indices=torch.tensor([4]), offsets=torch.tensor([0, 1]), batch_size=1)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ConfigError, match=r"table 0 has rows 0\.\.3, got id 4 at indices\[0\]"):
         KERNELS.build("fbgemm-tbe", None, tables)(bad)
     assert bad.indices.tolist() == [4]  # the caller's ids are untouched
+
+
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize(
+    ("ids", "offsets", "why"),
+    [
+        ([0, 3, 1], [0, 1, 3], r"table 1 has rows 0\.\.2, got id 3 at indices\[1\]"),
+        ([0, -1, 0], [0, 1, 3], r"table 1 has rows 0\.\.2, got id -1 at indices\[1\]"),
+        ([0, 0, 0], [0, 2, 1], "offsets: must rise"),
+        ([0, 0, 0], [1, 1, 3], "offsets: must rise"),
+    ],
+)
+def test_fbgemm_tbe_bounds_ids_whichever_check_it_runs(
+    exact: bool, ids: list[int], offsets: list[int], why: str
+) -> None:
+    """Where FBGEMM's operator bounds each table by its true rows (a copy made here, 4 and 3
+    rows of 32 B), it alone bounds the ids; where it would not (views into one buffer with a
+    row between the tables and one after: 5 and 4 rows to it), those tables' ids are bounded
+    first. Either way an id past its table, a negative one (a pruned row to FBGEMM) or bad
+    offsets raise, naming what is wrong."""
+    big = torch.randn(9, 8)
+    weights = (big[0:4], big[5:8]) if not exact else (big[0:4].clone(), big[5:8].clone())
+    kernel = KERNELS.build("fbgemm-tbe", None, Tables(weights=weights))
+    assert kernel.exact is exact and kernel.buffer.shared is not exact
+    assert kernel.loose == (() if exact else (0, 1))
+    lookup = Lookup(indices=torch.tensor(ids), offsets=torch.tensor(offsets), batch_size=1)
+    with pytest.raises(ConfigError, match=why):
+        kernel(lookup)
+    good = Lookup(indices=torch.tensor([3, 2, 0]), offsets=torch.tensor([0, 1, 3]), batch_size=1)
+    want = torch.stack([big[3], big[7] + big[5]])[None]
+    assert torch.allclose(kernel(good), want)
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])

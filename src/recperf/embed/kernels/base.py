@@ -204,8 +204,12 @@ def validate_lookup(tables: Tables, lookup: Lookup) -> None:
     b = lookup.batch_size
     for t, rows in enumerate(tables.rows):
         ids = idx[int(off[t * b]) : int(off[(t + 1) * b])]
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= rows):
-            raise ConfigError(f"indices: table {t} has rows 0..{rows - 1}, got {ids.tolist()}")
+        bad = ((ids < 0) | (ids >= rows)).nonzero()
+        if bad.numel():
+            at = int(bad[0]) + int(off[t * b])
+            raise ConfigError(
+                f"indices: table {t} has rows 0..{rows - 1}, got id {int(idx[at])} at indices[{at}]"
+            )
 
 
 def check_tables_match(tables: Tables, lookup: Lookup) -> None:

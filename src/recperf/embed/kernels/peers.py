@@ -22,6 +22,7 @@ from recperf.embed.kernels.base import (
     Tables,
     bag_starts,
     check_tables_match,
+    validate_lookup,
 )
 from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, SCALE_BIAS_BYTES
 from recperf.embed.kernels.formats import row_bytes as format_row_bytes
@@ -91,14 +92,17 @@ def shared_buffer(tables: Tables) -> TbeBuffer | None:
 
 
 def copied_buffer(tables: Tables) -> TbeBuffer:
-    """The tables' rows copied into one new buffer (rows unpadded, tables on cache lines)."""
+    """The tables' rows copied into one new buffer (rows unpadded, tables on cache lines where
+    the gap holds no whole row: FBGEMM counts a table's rows up to the next one's start)."""
     fmt = tables.row_format
     stride = format_row_bytes(fmt, tables.dim)
     offsets: list[int] = []
     size = 0
     for n in tables.rows:
         offsets.append(size)
-        size += -(-n * stride // CACHE_LINE) * CACHE_LINE
+        size += n * stride
+        if -size % CACHE_LINE < stride:
+            size += -size % CACHE_LINE
     data = torch.zeros(size, dtype=torch.uint8, device=tables.device)
     for t, (w, start) in enumerate(zip(tables.weights, offsets, strict=True)):
         rows = data[start : start + w.shape[0] * stride].view(w.shape[0], stride)
@@ -124,15 +128,50 @@ def row_alignment(row_bytes: int, stride: int) -> int:
     return stride
 
 
+def fbgemm_rows(buffer: TbeBuffer) -> tuple[int, ...]:
+    """Each table's row count as FBGEMM's CPU operator takes it, and so bounds its ids by:
+    from the table's first byte to the next table's (or the buffer's end), in whole rows of
+    ``buffer.stride`` bytes (``row_alignment`` makes FBGEMM step by it)."""
+    ends = [*sorted(set(buffer.offsets)), int(buffer.data.numel())]
+    nxt = {start: ends[i + 1] for i, start in enumerate(ends[:-1])}
+    return tuple((nxt[start] - start) // buffer.stride for start in buffer.offsets)
+
+
+def padding_note(tables: Tables, buffer: TbeBuffer) -> str:
+    """What ``describe()`` adds where int8/int4 rows are read in place with padding between
+    them, and how to lay them out unpadded ("" otherwise)."""
+    data = format_row_bytes(tables.row_format, tables.dim)
+    if not buffer.shared or buffer.stride == data or tables.row_format not in INTEGER_FORMATS:
+        return ""
+    return (
+        f"the {tables.row_format} rows are read where they lie, {buffer.stride} B apart for "
+        f"{data} B of row: FBGEMM read 16-byte-aligned rows 1.3-1.4x slower than unpadded "
+        "ones on two x86 CPUs (benchmarks/RESULTS.md); TorchRec lays them out unpadded after "
+        "quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], 1) before "
+        "from_float, as its sharded CPU inference does; kernel='fbgemm-tbe' with "
+        "options={'copy_rows': True} copies them (their memory once more)"
+    )
+
+
+def offsets_and_signs_ok(ids: torch.Tensor, offsets: torch.Tensor) -> bool:
+    """Whether ``offsets`` rise from 0 to ``len(ids)`` and no id is negative: one host sync."""
+    n = ids.shape[0]
+    lo = offsets.diff().min()
+    if n:
+        lo = torch.minimum(lo, ids.min())
+    return int(offsets[0]) == 0 and int(offsets[-1]) == n and int(lo) >= 0
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class FbgemmTBEConfig:
     """Options of ``fbgemm-tbe``."""
 
     copy_rows: bool = False
-    """Copy the rows into an unpadded buffer even when they lie in one (TorchRec pads int8 rows
-    to 16 bytes: 144 B for D = 128, against 132 B). Measured no faster here once FBGEMM is told
-    the padding as 16-byte alignment (``row_alignment``); the copy costs the tables' memory once
-    more, so it is never chosen for you (not in the tunable space)."""
+    """Copy the rows into an unpadded buffer even when they lie in one (TorchRec's
+    ``from_float`` pads int8 rows to 16 bytes by default: 144 B for D = 128, against 132 B).
+    FBGEMM read the padded rows 1.3-1.4x slower on two x86 CPUs, but the copy costs the
+    tables' memory once more, so it is never chosen for you (not in the tunable space):
+    unpadded rows from TorchRec itself are read in place as fast (``padding_note``)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.copy_rows, bool):
@@ -201,18 +240,49 @@ if SparseType is not None:
                 self._args["fp8_exponent_bias"] = int(fp8.get("exponent_bias"))
             self._rows = torch.tensor(tables.rows, dtype=torch.int64, device=dev)
             self._warning = torch.zeros(1, dtype=torch.int64, device=dev)
+            self.layout_note = padding_note(tables, self.buffer)
+            pairs = list(zip(fbgemm_rows(self.buffer), tables.rows, strict=True))
+            self.loose = tuple(t for t, (n, r) in enumerate(pairs) if n > r)
+            """The tables FBGEMM's operator would let ids past their rows into (it counts a
+            table's rows up to where the next begins, so an aligned start leaves room for more):
+            their ids are bounded here, the rest by the operator itself. Where FBGEMM counts
+            fewer rows than a table has, its own bounds check runs instead."""
+            self.exact = not self.loose
+            self._loose_rows = torch.tensor([tables.rows[t] for t in self.loose])
+            self._fatal = any(n < r for n, r in pairs)
+
+        def _check(self, lookup: Lookup) -> None:
+            """Offsets, signs and the ``loose`` tables' ids (FBGEMM's separate bounds check
+            costs 240 us a call on ``paper``'s 115,200 ids, this 56 us); raise naming what is
+            wrong. FBGEMM takes id -1 for a pruned row, so negative ids are refused here."""
+            ids, offsets = lookup.indices, lookup.offsets
+            ok = offsets_and_signs_ok(ids, offsets)
+            if ok and self.loose:
+                starts = offsets[:: lookup.batch_size].tolist()
+                tops = [ids[starts[t] : starts[t + 1]].amax() if starts[t + 1] > starts[t]
+                        else ids.new_zeros(()) for t in self.loose]  # fmt: skip
+                ok = bool((torch.stack(tops) < self._loose_rows).all())
+            if not ok:
+                validate_lookup(self.tables, lookup)
 
         def __call__(self, lookup: Lookup) -> torch.Tensor:
             check_tables_match(self.tables, lookup)
             w = lookup.per_sample_weights
             ids, offsets = lookup.indices, lookup.offsets
-            # FATAL: an id outside its table raises (WARNING would zero it in the caller's ids).
-            torch.ops.fbgemm.bounds_check_indices(
-                self._rows, ids, offsets, BoundsCheckMode.FATAL.value, self._warning, w
-            )
-            out: torch.Tensor = torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function(
-                indices=ids, offsets=offsets, indice_weights=w, **self._args
-            )
+            self._check(lookup)
+            try:
+                if self._fatal:  # FATAL raises (WARNING would zero the caller's ids)
+                    torch.ops.fbgemm.bounds_check_indices(
+                        self._rows, ids, offsets, BoundsCheckMode.FATAL.value, self._warning, w
+                    )
+                out: torch.Tensor = (
+                    torch.ops.fbgemm.int_nbit_split_embedding_codegen_lookup_function(
+                        indices=ids, offsets=offsets, indice_weights=w, **self._args
+                    )
+                )
+            except RuntimeError:  # an id past its table's rows: name it
+                validate_lookup(self.tables, lookup)
+                raise
             return out.view(lookup.batch_size, self.tables.num_tables, self.tables.dim)
 
 
