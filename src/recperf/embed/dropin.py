@@ -277,7 +277,9 @@ class EmbeddingBags(nn.Module):
                 "kernel": g.choice.kernel,
                 "params": dict(g.choice.params),
                 "source": g.choice.source,
-                "note": g.choice.note,
+                "note": "; ".join(
+                    n for n in (g.choice.note, getattr(g.kernel, "layout_note", "")) if n
+                ),
             }
             for g in self._groups
         ]
@@ -336,7 +338,8 @@ class EmbeddingBags(nn.Module):
         them: ``indices`` every input's ids (input 0's bags for all B samples, then input
         1's, ...), ``offsets`` int64 ``[n_inputs * B + 1]`` bag starts into it (the last, its
         length), ``per_sample_weights`` float32 like ``indices`` or None. One kernel pooling
-        them all takes them as they are; otherwise they are cut into per-input views."""
+        them all takes them as they are (a TBE kernel, or ``bag-concat``'s ``pool_lookup``);
+        otherwise they are cut into per-input views."""
         n = len(self._slots)
         if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1:
             raise ConfigError(f"offsets: with indices as one tensor (the TBE layout), one 1-D "
@@ -350,10 +353,13 @@ class EmbeddingBags(nn.Module):
                         per_sample_weights=weights)  # fmt: skip
         group = self._groups[0]
         same = indices.device == offsets.device == self._dev
-        if (self._plain and group.parts and not group.pending and weights is None
+        if (self._in_order and not group.pending and weights is None
                 and not self.config.debug and same):  # fmt: skip
             with torch.no_grad():
-                return list(cast(PartsKernel, group.kernel).pool_lookup(lookup).unbind(0))
+                if not group.parts:  # a TBE kernel takes the batch as it is: no cut, no concat
+                    return self._outputs([group.kernel(lookup)])
+                if self._plain:
+                    return list(cast(PartsKernel, group.kernel).pool_lookup(lookup).unbind(0))
         b = lookup.batch_size
         starts = offsets[::b].tolist()
         ids = [indices[s:e] for s, e in itertools.pairwise(starts)]
