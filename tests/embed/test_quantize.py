@@ -12,6 +12,7 @@ from torch import nn
 
 from recperf.core.errors import ConfigError
 from recperf.embed import DropInConfig, EmbeddingBags
+from recperf.embed.kernels.base import KERNELS
 from recperf.embed.kernels.formats import dequantize, quantize, row_bytes
 from recperf.embed.quantize import (
     QuantizationReport,
@@ -137,10 +138,14 @@ def test_quant_collection_rows_are_read_in_place() -> None:
     torch.testing.assert_close(module(kjt).values(), ebc(kjt).values(), rtol=1e-5, atol=1e-5)
 
 
-def test_a_float_collection_quantized_by_torchrec() -> None:
+@pytest.mark.parametrize("alignment", [16, 1])
+def test_a_float_collection_quantized_by_torchrec(alignment: int) -> None:
+    """TorchRec's rows used where they lie, 16-byte aligned (``from_float``'s default, 16 B
+    apart for 12 B of row: ``describe()`` says how to have them unpadded) or unpadded."""
     from torch import quantization as tq
     from torchrec import EmbeddingBagCollection
     from torchrec.modules.embedding_configs import QuantConfig
+    from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
     torch.manual_seed(2)
     tables = [
@@ -154,6 +159,7 @@ def test_a_float_collection_quantized_by_torchrec() -> None:
         activation=tq.PlaceholderObserver.with_args(dtype=torch.float),
         weight=tq.PlaceholderObserver.with_args(dtype=torch.quint8),
     )
+    quant_prep_customize_row_alignment(ebc, [EmbeddingBagCollection], alignment)
     qebc = QuantEBC.from_float(ebc)
     kjt = KeyedJaggedTensor.from_lengths_sync(
         keys=["f0", "f1"], values=torch.tensor([1, 2, 9, 0, 4]), lengths=torch.tensor([2, 1, 1, 1])
@@ -161,6 +167,14 @@ def test_a_float_collection_quantized_by_torchrec() -> None:
     got = EmbeddingBags.from_torchrec(qebc)(kjt)
     torch.testing.assert_close(got.values(), qebc(kjt).values(), rtol=1e-5, atol=1e-6)
     assert [g["row_format"] for g in EmbeddingBags.from_torchrec(qebc).describe()] == ["int8"]
+    if "fbgemm-tbe" not in KERNELS:
+        return
+    tbe = EmbeddingBags.from_torchrec(qebc, "fbgemm-tbe")
+    torch.testing.assert_close(tbe(kjt).values(), qebc(kjt).values(), rtol=1e-5, atol=1e-6)
+    (group,) = tbe.describe()
+    padded = "16 B apart for 12 B of row" in group["note"]
+    assert padded is (alignment == 16)
+    assert padded is ("quant_prep_customize_row_alignment" in group["note"])
 
 
 def _bags(
