@@ -6,10 +6,11 @@ for the ``paper`` tables (12 x 500,000 x 128, 150 ids per bag). ``--peers`` (iss
 against the CPU peers a careful user would call for those rows: ``nn.EmbeddingBag`` (one per
 table, or one over the concatenated tables), FBGEMM's inference TBE (float, fp8 and IntNBit
 rows) and training TBE (fp32), TorchRec's float ``EmbeddingBagCollection`` and its quantized one
-(int8/int4, quantized by TorchRec; the drop-in wraps that very collection), each checked equal
-to the reference first. Both modes run on the bundled reuse trace and on uniform ids; calls are
-interleaved over rotating batches (a new seeded order each round) and compared by their medians,
-so machine noise hits every variant alike.
+(int8/int4, quantized by TorchRec with rows 1-byte aligned, as its sharded CPU inference lays
+them out, or 16 with ``--qebc-row-alignment 16``; the drop-in wraps that very collection), each
+checked equal to the reference first. Both modes run on the bundled reuse trace and on uniform
+ids; calls are interleaved over rotating batches (a new seeded order each round) and compared by
+their medians, so machine noise hits every variant alike.
 
     python benchmarks/embed_cpu.py [--batch-size 64] [--calls 60] [--hot-fraction 0.02,0.1,0.3]
     python benchmarks/embed_cpu.py --peers [--formats fp32,fp16,bf16,fp8,int8,int4]
@@ -53,12 +54,12 @@ FLAT = "EmbeddingBags(auto), TBE-layout input"
 """The drop-in given the batch as the concat peer gets it: the tables' ids concatenated, offsets
 ``[T * B + 1]`` (where built from bags: float and fp8 rows)."""
 RECPERF = ("torch", "recperf auto kernel", "EmbeddingBags(auto)", FLAT, COPIED)
-"""recperf's variants (``COPIED``: int8/int4 only); every other one is a peer but ``CONTROL``."""
-CONTROL = "nn.EmbeddingBag concat, the drop-in's rows"
-"""The concat peer over the very rows the drop-in's ``bag-concat`` reads (where it runs that):
-not a peer but a control. Identical code over two copies of the same tables ran up to 1.2x
-apart on this VM (where each copy lies in memory), so the drop-in against this one is its
-code's cost alone (issue 27)."""
+"""recperf's variants (``COPIED``: padded int8/int4 rows only); every other one is a peer. No
+two variants read the same rows: each has its own copy (for int8/int4 its own quantized
+collection), so that one variant's call does not warm the caches for the next on the same
+batch. Until 2026-12-03 the drop-in shared its rows with a "control" (the concat peer over the
+drop-in's copy) and, for int8/int4, with TorchRec's collection and the kernel called directly:
+those ran 1.1-1.4x faster than the same code over rows of their own (issue 27)."""
 
 
 def interleaved_samples(fns: list[Any], inputs: list[list[Any]], calls: int) -> list[list[float]]:
@@ -151,6 +152,17 @@ class Stage:
     fp32: Tables
     lookups: list[Lookup]
     qebc: Any = None
+    row_alignment: int = 1
+
+    def fresh_tables(self) -> Tables:
+        """The same rows in storage of their own (int8/int4: a new TorchRec collection's)."""
+        if self.qebc is not None:
+            return quantized_tables(self.fresh_qebc(), self.fmt)
+        return Tables(weights=tuple(w.clone() for w in self.tables.weights), fmt=self.fmt)
+
+    def fresh_qebc(self) -> Any:
+        """Another TorchRec quantized collection of the same float rows: the same codes."""
+        return torchrec_quantized(self.fp32, self.fmt, self.row_alignment)
 
 
 def _segments(lk: Lookup) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -317,13 +329,16 @@ def torchrec_ebc(tables: Tables, lookups: Sequence[Lookup]) -> Peer:
     return _kjt_peer("torchrec EBC", ebc, tables, lookups)
 
 
-def torchrec_quantized(fp32: Tables, fmt: str) -> Any:
+def torchrec_quantized(fp32: Tables, fmt: str, row_alignment: int) -> Any:
     """``fp32``'s rows in a TorchRec ``EmbeddingBagCollection`` quantized to int8/int4 by
-    TorchRec itself (``torchrec.quant.EmbeddingBagCollection.from_float``)."""
+    TorchRec itself (``torchrec.quant.EmbeddingBagCollection.from_float``), rows padded to a
+    multiple of ``row_alignment`` bytes (``quant_prep_customize_row_alignment``; TorchRec's
+    default is 16, its sharded CPU inference kernel uses 1)."""
     from torch import quantization as tq
     from torchrec import EmbeddingBagCollection
     from torchrec.modules.embedding_configs import DataType, QuantConfig
     from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEBC
+    from torchrec.quant.embedding_modules import quant_prep_customize_row_alignment
 
     ebc = EmbeddingBagCollection(
         tables=_ebc_configs(fp32, DataType.FP32), device=torch.device("cpu")
@@ -336,6 +351,7 @@ def torchrec_quantized(fp32: Tables, fmt: str) -> Any:
         activation=tq.PlaceholderObserver.with_args(dtype=torch.float),
         weight=tq.PlaceholderObserver.with_args(dtype=weight),
     )
+    quant_prep_customize_row_alignment(ebc, [EmbeddingBagCollection], row_alignment)
     return QuantEBC.from_float(ebc)
 
 
@@ -348,9 +364,12 @@ def quantized_tables(qebc: Any, fmt: str) -> Tables:
     )
 
 
-def stage(cfg: EmbedConfig, fmt: str, lookups: list[Lookup], seed: int) -> Stage:
+def stage(
+    cfg: EmbedConfig, fmt: str, lookups: list[Lookup], seed: int, row_alignment: int = 1
+) -> Stage:
     """``cfg``'s seeded float32 tables in row format ``fmt``: cast (fp16, bf16), quantized by
-    recperf (fp8) or by TorchRec (int8, int4: the drop-in wraps that collection)."""
+    recperf (fp8) or by TorchRec (int8, int4, rows aligned to ``row_alignment`` bytes: the
+    drop-in wraps that collection)."""
     fp32 = random_tables(cfg, torch.float32, "cpu", seed)
     if fmt in FLOAT_DTYPES:
         weights = tuple(w.to(FLOAT_DTYPES[fmt]) for w in fp32.weights)
@@ -358,21 +377,22 @@ def stage(cfg: EmbedConfig, fmt: str, lookups: list[Lookup], seed: int) -> Stage
     if fmt == "fp8":
         weights = tuple(quantize(w, "fp8")[0] for w in fp32.weights)
         return Stage(fmt, Tables(weights=weights, fmt="fp8"), fp32, lookups)
-    qebc = torchrec_quantized(fp32, fmt)
-    return Stage(fmt, quantized_tables(qebc, fmt), fp32, lookups, qebc)
+    qebc = torchrec_quantized(fp32, fmt, row_alignment)
+    return Stage(fmt, quantized_tables(qebc, fmt), fp32, lookups, qebc, row_alignment)
 
 
 def auto_kernel(st: Stage, trace: str) -> tuple[Peer, KernelChoice]:
     """The kernel ``measured_choice`` picks for these tables, called on the batches directly."""
     choice = measured_choice(st.tables, st.lookups[:2], None, cache=None, trace=trace, reps=5)
-    kernel = build_kernel(choice.kernel, dict(choice.params), st.tables)
+    kernel = build_kernel(choice.kernel, dict(choice.params), st.fresh_tables())
     return Peer("recperf auto kernel", kernel, list(st.lookups), lambda y: y), choice
 
 
 def dropin_auto(st: Stage) -> tuple[list[Peer], Any]:
     """``EmbeddingBags(kernel="auto")`` as a user builds it: from the ``nn.EmbeddingBag`` list
     (float rows; fp8 by its ``quantize``) or from TorchRec's quantized collection (int8/int4),
-    called as they are, no autotune cache: the first call (a warm-up) measures."""
+    called as they are, no autotune cache: the first call (a warm-up) measures. The per-bag and
+    the TBE-layout variants are two modules, each over rows of its own."""
     from recperf.embed.dropin import EmbeddingBags
     from recperf.embed.dropin_config import DropInConfig
 
@@ -381,17 +401,20 @@ def dropin_auto(st: Stage) -> tuple[list[Peer], Any]:
     if st.qebc is not None:
         module = EmbeddingBags.from_torchrec(st.qebc, "auto", config=config)
         return [_kjt_peer("EmbeddingBags(auto)", module, st.tables, st.lookups)], module
-    if st.fmt == "fp8":
-        module = EmbeddingBags.from_torch(_bags(st.fp32, clone=False), config=config)
-        module = module.quantize("fp8", kernel="auto", bags=16)
-    else:
-        module = EmbeddingBags.from_torch(_bags(st.tables, clone=False), "auto", config=config)
+
+    def build() -> Any:
+        if st.fmt == "fp8":
+            bags = EmbeddingBags.from_torch(_bags(st.fp32, clone=False), config=config)
+            return bags.quantize("fp8", kernel="auto", bags=16)
+        return EmbeddingBags.from_torch(_bags(st.tables, clone=True), "auto", config=config)
+
+    module, flat_module = build(), build()
 
     def fn(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
         return module([p[0] for p in parts], [p[1] for p in parts])
 
     def flat(x: tuple[torch.Tensor, torch.Tensor]) -> Any:
-        return module(x[0], x[1])
+        return flat_module(x[0], x[1])
 
     inputs = [_segments(lk) for lk in st.lookups]
     as_btd = lambda y: torch.stack(y, dim=1).float().view(b, t, d)  # noqa: E731
@@ -433,26 +456,23 @@ def build_peers(st: Stage, trace: str) -> Built:
         "tbe": lambda: fbgemm_inference(tables, lookups),
         "split": lambda: fbgemm_split(tables, lookups),
         "ebc": lambda: torchrec_ebc(tables, lookups),
-        "qebc": lambda: _kjt_peer("torchrec quantized EBC", st.qebc, tables, lookups),
+        "qebc": lambda: _kjt_peer("torchrec quantized EBC", st.fresh_qebc(), tables, lookups),
     }
     auto, choice = auto_kernel(st, trace)
     dropin, module = dropin_auto(st)
     ref = KERNELS.build("torch", None, tables)
     head = [Peer("torch", ref, list(lookups), lambda y: y), auto, *dropin]
-    if st.qebc is not None:  # TorchRec's padded rows against an unpadded copy of them
+    if st.qebc is not None and padded(tables):  # padded rows against an unpadded copy of them
         copied = KERNELS.build("fbgemm-tbe", {"copy_rows": True}, tables)
         head.append(Peer(COPIED, copied, list(lookups), lambda y: y))
     return Built(head + [make[k]() for k in PEERS_BY_FORMAT[st.fmt]], choice, module)
 
 
-def _control(module: Any, tables: Tables, lookups: Sequence[Lookup]) -> list[Peer]:
-    """``CONTROL`` where the drop-in runs ``bag-concat`` in one group (known after its first
-    call, where it measures)."""
-    groups = getattr(module, "_groups", [])
-    if len(groups) != 1 or groups[0].choice.kernel != "bag-concat":
-        return []
-    peer = bag_concat(tables, lookups, weight=groups[0].kernel._weight)
-    return [replace(peer, name=CONTROL)]
+def padded(tables: Tables) -> bool:
+    """Whether the tables' rows lie further apart than their bytes (TorchRec's 16-byte
+    alignment: 144 B apart for 132 B int8 rows at D = 128)."""
+    w = tables.weights[0]
+    return w.stride(0) * w.element_size() > tables.row_bytes
 
 
 def check_peers(peers: Sequence[Peer], tables: Tables, lookup: Lookup) -> dict[str, float]:
@@ -521,7 +541,7 @@ def measure(peers: Sequence[Peer], nbytes: int, threads: int, calls: int) -> dic
         gbps = nbytes / (med / 1e3) / 1e9
         variants.append({
             "variant": p.name,
-            "kind": "recperf" if p.name in RECPERF else "control" if p.name == CONTROL else "peer",
+            "kind": "recperf" if p.name in RECPERF else "peer",
             "ms_per_batch": med, "ms_q1": q1, "ms_q3": q3, "ms_min": min(xs) * 1e3,
             "gb_per_s": gbps,
             "pct_of_copy_bw": 100.0 * gbps / copy_gbps,
@@ -534,35 +554,24 @@ def measure(peers: Sequence[Peer], nbytes: int, threads: int, calls: int) -> dic
     by_min = min((v for v in variants if v["kind"] == "peer"), key=lambda v: v["ms_min"])
     named = {v["variant"]: v for v in variants}
     dropin, kernel = named["EmbeddingBags(auto)"], named["recperf auto kernel"]
-    control = {}
-    if CONTROL in named:  # paired: each round's control call over its drop-in call
-        names = [p.name for p in peers]
-        pairs = zip(
-            samples[names.index(CONTROL)], samples[names.index("EmbeddingBags(auto)")], strict=True
-        )
-        control = {"auto_vs_control_paired": statistics.median(c / d for c, d in pairs)}
     flat = {}
     if FLAT in named:
         v = named[FLAT]
         flat = {"auto_flat_vs_best_peer": v["speedup_vs_best_peer"],
                 "auto_flat_vs_best_peer_by_min": by_min["ms_min"] / v["ms_min"]}  # fmt: skip
-    return (
-        control
-        | flat
-        | {
-            "threads": threads,
-            "copy_gb_per_s": copy_gbps,
-            "load_avg_1m": [load, os.getloadavg()[0]],
-            "best_peer": best["variant"],
-            "auto_vs_best_peer": dropin["speedup_vs_best_peer"],
-            "auto_kernel_vs_best_peer": kernel["speedup_vs_best_peer"],
-            # A shared machine's bursts only add time: the fastest calls, compared, as a check.
-            "best_peer_by_min": by_min["variant"],
-            "auto_vs_best_peer_by_min": by_min["ms_min"] / dropin["ms_min"],
-            "auto_kernel_vs_best_peer_by_min": by_min["ms_min"] / kernel["ms_min"],
-            "variants": variants,
-        }
-    )
+    return flat | {
+        "threads": threads,
+        "copy_gb_per_s": copy_gbps,
+        "load_avg_1m": [load, os.getloadavg()[0]],
+        "best_peer": best["variant"],
+        "auto_vs_best_peer": dropin["speedup_vs_best_peer"],
+        "auto_kernel_vs_best_peer": kernel["speedup_vs_best_peer"],
+        # A shared machine's bursts only add time: the fastest calls, compared, as a check.
+        "best_peer_by_min": by_min["variant"],
+        "auto_vs_best_peer_by_min": by_min["ms_min"] / dropin["ms_min"],
+        "auto_kernel_vs_best_peer_by_min": by_min["ms_min"] / kernel["ms_min"],
+        "variants": variants,
+    }
 
 
 def peers_setting(
@@ -575,13 +584,10 @@ def peers_setting(
     lookups = eb.make_lookups(cfg, trace, args.inputs, "cpu")
     torch.set_num_threads(1)  # the drop-in measures on its first call: at the timed threads
     with torch.no_grad():  # not inference_mode: FBGEMM's training op has no kernel under it
-        st = stage(cfg, fmt, lookups, args.seed)
+        st = stage(cfg, fmt, lookups, args.seed, args.qebc_row_alignment)
         built = build_peers(st, trace_name)
         peers = built.peers
         errors = check_peers(peers, st.tables, lookups[0])  # the drop-in measures here
-        control = _control(built.dropin, st.tables, lookups)  # on what it measured
-        errors |= check_peers(control, st.tables, lookups[0])
-        peers = peers + control
         n = int(lookups[0].indices.numel())  # the rows at their size, scale and bias included
         nbytes = lookup_bytes(lookups[0], cfg.dim, 1, cfg.num_tables) + n * (
             st.tables.row_bytes - cfg.dim
@@ -590,6 +596,7 @@ def peers_setting(
             "config": name, "trace": trace_name, "dtype": fmt, "batch_size": cfg.batch_size,
             "tables": cfg.num_tables, "rows": sum(cfg.table_rows),
             "table_mib": tables_mib(st.tables), "row_bytes": st.tables.row_bytes,
+            "row_stride": st.tables.weights[0].stride(0) * st.tables.weights[0].element_size(),
             "lookups_per_batch": int(lookups[0].indices.numel()), "bytes_per_batch": nbytes,
             "auto_kernel": built.auto.kernel, "auto_note": built.auto.note,
             "dropin_choice": "; ".join(
@@ -612,8 +619,6 @@ def _print_row(row: dict[str, Any]) -> None:
     where = f"{row['config']} / {row['trace']} / {row['dtype']} / {row['threads']} thread(s)"
     load = row["load_avg_1m"][0]
     print(f"{where}: copy {row['copy_gb_per_s']:.1f} GB/s, load {load:.2f}", flush=True)
-    if "auto_vs_control_paired" in row:
-        print(f"  drop-in / {CONTROL}: {row['auto_vs_control_paired']:.2f}x (paired)", flush=True)
     if "auto_flat_vs_best_peer" in row:
         print(f"  {FLAT}: {row['auto_flat_vs_best_peer']:.2f}x the best peer", flush=True)
     for v in row["variants"]:
@@ -696,6 +701,9 @@ def main() -> None:
     ap.add_argument("--formats", default=",".join(ROW_FORMATS),
                     help="With --peers: row formats (default all the CPU reads).")  # fmt: skip
     ap.add_argument("--rows-cap", type=int, default=60_000, help="With --peers: rows per table.")
+    ap.add_argument("--qebc-row-alignment", type=int, default=1, choices=(1, 16),
+                    help="With --peers, int8/int4: TorchRec's row alignment in bytes (1, "
+                    "what its sharded CPU inference uses; 16, from_float's default).")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--bundle", type=Path, default=PEERS_BUNDLE, help="With --peers: the copy "

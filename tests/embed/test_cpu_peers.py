@@ -50,7 +50,7 @@ def bench() -> ModuleType:
     return module
 
 
-def _stage(bench: ModuleType, fmt: str, seed: int) -> Any:
+def _stage(bench: ModuleType, fmt: str, seed: int, row_alignment: int = 1) -> Any:
     g = torch.Generator().manual_seed(seed)
     rows = (50, 7, 1, 33)
     fp32 = Tables(weights=tuple(torch.randn(r, 8, generator=g) for r in rows))
@@ -59,7 +59,7 @@ def _stage(bench: ModuleType, fmt: str, seed: int) -> Any:
         for i in range(2)
     ]
     if fmt in ("int8", "int4"):
-        qebc = bench.torchrec_quantized(fp32, fmt)
+        qebc = bench.torchrec_quantized(fp32, fmt, row_alignment)
         return bench.Stage(fmt, bench.quantized_tables(qebc, fmt), fp32, lookups, qebc)
     if fmt == "fp8":
         tables = Tables(weights=tuple(quantize(w, "fp8")[0] for w in fp32.weights), fmt="fp8")
@@ -68,16 +68,20 @@ def _stage(bench: ModuleType, fmt: str, seed: int) -> Any:
     return bench.Stage(fmt, Tables(weights=weights), fp32, lookups)
 
 
-@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "fp8", "int8", "int4"])
+@pytest.mark.parametrize("fmt", ["fp32", "fp16", "bf16", "fp8", "int8", "int4", "int8/16"])
 def test_every_peer_pools_what_the_reference_pools(bench: ModuleType, fmt: str) -> None:
-    st = _stage(bench, fmt, seed=len(fmt))
+    """Every variant, checked equal; ``int8/16``: TorchRec's rows 16-byte aligned (its
+    ``from_float`` default), where an unpadded copy of them is measured beside them."""
+    fmt, _, align = fmt.partition("/")
+    st = _stage(bench, fmt, seed=len(fmt), row_alignment=int(align or 1))
+    assert bench.padded(st.tables) is (align == "16")
     lookups = st.lookups
     assert any(int(n) == 0 for n in lookups[0].offsets.diff())  # empty bags are covered
     with torch.no_grad():
         built = bench.build_peers(st, "test")
         errors = bench.check_peers(built.peers, st.tables, lookups[0])
         quantized = fmt in ("int8", "int4")  # the drop-in built from TorchRec's collection
-        extra = {"fbgemm-tbe, rows copied"} if quantized else {bench.FLAT}
+        extra = {bench.FLAT} if not quantized else {bench.COPIED} if align else set()
         assert set(errors) == RECPERF | PEERS[fmt] | extra
         assert built.auto.source == "measured" and built.auto.kernel in built.auto.note
         assert [g["source"] for g in built.dropin.describe()] == ["measured"]
@@ -97,6 +101,9 @@ def test_int_tables_are_torchrecs_own_rows(bench: ModuleType) -> None:
         buffer.data_ptr() <= st.tables.weights[0].data_ptr() < buffer.data_ptr() + (buffer.numel())
     )
     assert inside and st.tables.row_bytes == 8 + 4
+    own = st.fresh_tables()  # another variant's rows: the same codes, storage of their own
+    assert own.weights[0].data_ptr() != st.tables.weights[0].data_ptr()
+    assert all(torch.equal(a, b) for a, b in zip(own.weights, st.tables.weights, strict=True))
     err = bench.format_error(st)
     assert 0 < err["pooled_rel_err_median"] <= err["pooled_rel_err_max"] < 0.05
 
@@ -116,13 +123,19 @@ def test_report_table_renders_the_bundled_run() -> None:
     json.dumps(data, allow_nan=False)
     settings = data["settings"]
     for s in settings:
-        copied = {"fbgemm-tbe, rows copied"} if s["dtype"] in ("int8", "int4") else set()
-        # float settings measured since the drop-in's parts path carry a control: the concat
-        # peer over the drop-in's own rows (kind "control", not a peer)
+        # an unpadded copy of padded int8/int4 rows (runs before 2026-12-03 lack row_stride:
+        # TorchRec's rows were padded then)
+        padded = s.get("row_stride", s["row_bytes"] + 1) > s["row_bytes"]
+        quantized = s["dtype"] in ("int8", "int4")
+        copied = {"fbgemm-tbe, rows copied"} if quantized and padded else set()
+        # float runs from 2026-12-02 carry a control (the concat peer over the drop-in's own
+        # rows, kind "control"), dropped since: sharing its rows flattered both
         controls = {str(v["variant"]) for v in s["variants"] if v.get("kind") == "control"}
         assert controls <= {"nn.EmbeddingBag concat, the drop-in's rows"}
         variants = {str(v["variant"]) for v in s["variants"]} - controls
-        assert variants == RECPERF | PEERS[s["dtype"]] | copied
+        flat = {"EmbeddingBags(auto), TBE-layout input"} & variants
+        assert not (flat and quantized), "the TBE-layout input is for bags, not a KJT"
+        assert variants - flat == RECPERF | PEERS[s["dtype"]] | copied
     page = embed_peers.peers_html(data)
     head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
     columns = list(dict.fromkeys(str(v["variant"]) for s in settings for v in s["variants"]))
