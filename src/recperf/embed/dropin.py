@@ -116,6 +116,8 @@ class EmbeddingBags(nn.Module):
         self._plain = False
         self._kjt_whole = False
         self._features: list[str] = []
+        self._key_dims: list[int] = []
+        self._key_dtype = torch.float32
         self._build()
         self.eval()
 
@@ -243,6 +245,14 @@ class EmbeddingBags(nn.Module):
         """``forward`` may hand a KeyedJaggedTensor whose keys are the features in order to the
         one group's kernel as it is (``kjt_lookup``)."""
         self._features = [slot.feature for slot in self._slots]
+        dims = [0] * len(self._slots)
+        for grp in self._groups:
+            for s in grp.slots:
+                dims[s] = grp.tables.dim
+        self._key_dims = dims
+        """Each slot's width, in slot order (the ``KeyedTensor``'s ``length_per_key``)."""
+        self._key_dtype = self._out_dtype(0, next(x for x in self._groups if 0 in x.slots))
+        """The dtype the collection returns (its ``output_dtype``)."""
 
     def _labels(self, slots: Sequence[int]) -> str:
         return ", ".join(dict.fromkeys(self._tables[self._slots[s].table].label for s in slots))
@@ -467,18 +477,14 @@ class EmbeddingBags(nn.Module):
         ``[B, T, D]`` whatever its kernel."""
         from recperf.embed.dropin_torchrec import keyed_tensor
 
-        dims = [0] * len(self._slots)
-        for g in self._groups:
-            for s in g.slots:
-                dims[s] = g.tables.dim
+        dims = self._key_dims
         one = self._groups[0]
         in_order = len(self._groups) == 1 and one.slots == tuple(range(len(self._slots)))
         if in_order and (not one.parts or not table_major):
             values = pooled[0].reshape(batch, sum(dims))  # already in key order: no copy
         else:
             values = torch.cat(self._per_slot(pooled), dim=1)
-        dtype = self._out_dtype(0, next(g for g in self._groups if 0 in g.slots))
-        return keyed_tensor([s.name for s in self._slots], dims, values.to(dtype))
+        return keyed_tensor([s.name for s in self._slots], dims, values.to(self._key_dtype))
 
     # -- tuning and quantizing ----------------------------------------------------------------
 
