@@ -45,6 +45,7 @@ def _fields(cls: type[Any] | None) -> list[str]:
 def test_all_kernels_registered_with_their_config_and_space() -> None:
     assert NAMES == [
         "bag-concat",
+        "bag-list",
         "combined",
         "fbgemm-tbe",
         "hot-l2",
@@ -56,6 +57,7 @@ def test_all_kernels_registered_with_their_config_and_space() -> None:
     configs = {name: KERNELS.entry(name).config for name in NAMES}
     assert configs == {
         "bag-concat": None,
+        "bag-list": None,
         "fbgemm-tbe": FbgemmTBEConfig,
         "combined": CombinedConfig,
         "hot-l2": HotL2Config,
@@ -72,6 +74,7 @@ def test_all_kernels_registered_with_their_config_and_space() -> None:
     spaces = {name: sorted(KERNELS.entry(name).space) for name in NAMES}
     assert spaces == {
         "bag-concat": [],
+        "bag-list": [],
         "fbgemm-tbe": [],
         "combined": sorted([*LAUNCH, "prefetch"]),
         "hot-l2": LAUNCH,
