@@ -3,6 +3,7 @@ kernel by measurement (``kernel_choice.measured_choice``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -261,3 +262,25 @@ def test_auto_does_not_time_float32_copies_of_integer_rows(fmt: str) -> None:
     choice = measured_choice(tables, lookups, None, cache=None, reps=1)
     assert choice.kernel == "fbgemm-tbe"
     assert f"not timed: torch (float32 copies of the {fmt} rows)" in choice.note
+
+
+def test_a_winner_picked_after_the_timing_is_what_the_cache_then_gives(tmp_path: Path) -> None:
+    """A pick that replaces autotune's (the in-place tie here; the drop-in's roads likewise) is
+    written to the cache, so a later cache hit gives the kernel that ran, not the one timed
+    fastest; the timed candidates stay and the note says why."""
+    from recperf.embed.autotune import record_winner
+    from recperf.embed.kernel_choice import cached_winner
+
+    g = torch.Generator().manual_seed(5)
+    tables = Tables(weights=(torch.randn(20, 8, generator=g),))  # fp32: no in-place tie
+    lookup = make_lookup(tables, batch_size=4, pooling_factor=3, seed=2)
+    cache = tmp_path / "tune.json"
+    first = measured_choice(tables, [lookup], None, cache=cache, reps=1)
+    assert first.cache_key and first.source == "measured"
+    other = next(k for k in ("torch", "bag-list", "bag-concat") if k != first.kernel)
+    record_winner(cache, first.cache_key, other, 1.5, "timed on the drop-in's roads")
+    again = measured_choice(tables, [lookup], None, cache=cache, reps=1)
+    assert (again.kernel, again.source) == (other, "autotune cache")
+    assert cached_winner(tables, cache=cache).kernel == other
+    entry = json.loads(cache.read_text())[first.cache_key]
+    assert entry["note"] == "timed on the drop-in's roads" and len(entry["candidates"]) >= 2

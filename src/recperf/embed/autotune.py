@@ -39,6 +39,9 @@ class TuneResult:
     """Every candidate: kernel, params and ms, or why it was rejected."""
     cached: bool = False
     """Whether the result came from the cache (nothing was timed)."""
+    note: str = ""
+    """Why the winner is not the fastest candidate, where a later timing replaced it
+    (``record_winner``)."""
 
 
 def device_name(device: torch.device) -> str:
@@ -230,6 +233,19 @@ def autotune(
         with atomic_path(cache) as tmp:
             tmp.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
     return result
+
+
+def record_winner(cache: Path, key: str, kernel: str, ms: float, note: str) -> None:
+    """Make ``kernel`` (default options) the cached winner under ``key``, an entry ``autotune``
+    wrote, where a later timing on other roads beat its pick (the drop-in's ``_by_road``);
+    the timed candidates stay, ``note`` says why."""
+    store = _load(cache)
+    entry = store.get(key)
+    if not isinstance(entry, dict):
+        return
+    store[key] = {**entry, "kernel": kernel, "params": {}, "ms": ms, "note": note}
+    with atomic_path(cache) as tmp:
+        tmp.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
 
 
 def _check_writable(cache: Path) -> None:

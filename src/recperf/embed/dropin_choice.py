@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from recperf.core.errors import ConfigError, RecperfError
+from recperf.embed.autotune import record_winner
 from recperf.embed.dropin_config import NO_HOT, DropInConfig
 from recperf.embed.kernel_choice import (
     AUTO,
@@ -135,8 +136,8 @@ def measure(
 ) -> None:
     """A pending group's kernels timed on ``lookup`` (``measured_choice``, which caches the
     winner), the winner built to run from now on. Given the same batch as ``parts`` and the
-    dtype the drop-in returns, a winner that does not pool per-table inputs is then timed
-    against the kernel that does on the roads the drop-in runs them (``_by_road``)."""
+    dtype the drop-in returns, the winner is then timed against every kernel that pools
+    per-table inputs, on the roads the drop-in runs them (``_by_road``)."""
     choice = measured_choice(
         group.tables,
         [lookup],
@@ -146,13 +147,11 @@ def measure(
         reps=MEASURE_REPS,
     )
     choice, kernel = build_choice(choice, group.tables, group.hot_rows)
-    if (
-        parts is not None
-        and out_dtype is not None
-        and choice.source == "measured"
-        and not takes_parts(choice.kernel, kernel)
-    ):
-        choice, kernel = _by_road(group, choice, kernel, lookup, parts, out_dtype)
+    if parts is not None and out_dtype is not None and choice.source == "measured":
+        road, kernel, ms = _by_road(group, choice, kernel, lookup, parts, out_dtype)
+        if road.kernel != choice.kernel and config.cache is not None and choice.cache_key:
+            record_winner(config.cache, choice.cache_key, road.kernel, ms, road.note)
+        choice = road
     group.run(choice, kernel)
 
 
@@ -163,48 +162,72 @@ def _by_road(
     lookup: Lookup,
     parts: Parts,
     out_dtype: torch.dtype,
-) -> tuple[KernelChoice, EmbeddingKernel]:
-    """The measured winner, or the first kernel that pools per-table inputs where it is faster
-    on the drop-in's roads: the winner on the TBE ``Lookup``, its ``[B, T, D]`` float32 then
-    made table-major in ``out_dtype`` (what the drop-in does with it); the other on the
-    inputs as given, in the rows' dtype, cast only where that is not ``out_dtype``.
-    ``measured_choice`` times kernels on the ``Lookup`` only, where one that pools fp16/bf16
-    rows casts them to float32, a pass the drop-in never makes: under that bias it picked
-    ``fbgemm-tbe`` for fp16 rows, 0.5x the fastest peer on ``mlperf`` (issue 27)."""
+) -> tuple[KernelChoice, EmbeddingKernel, float]:
+    """The measured winner, or the kernel that pools per-table inputs fastest on the
+    drop-in's roads where it beats the winner there: a winner that pools parts on the inputs
+    as given, any other on the TBE ``Lookup``, its ``[B, T, D]`` float32 then made
+    table-major in ``out_dtype`` (what the drop-in does with it); each rival that pools
+    parts on the inputs as given, in the rows' dtype, cast only where that is not
+    ``out_dtype``. ``measured_choice`` times kernels on the ``Lookup`` only, where one that
+    pools fp16/bf16 rows casts them to float32, a pass the drop-in never makes: under that
+    bias it picked ``fbgemm-tbe`` for fp16 rows, 0.5x the fastest peer on ``mlperf`` (issue 27).
+    Also the ms per batch of the kernel returned, on its road."""
     tables = group.tables
-    names = [
-        n
-        for n in kernels_for(tables.row_format, tables.device.type)
-        if n != choice.kernel and kernel_traits(n).parts and not kernel_traits(n).hot_rows
-    ]
-    if not names:
-        return choice, kernel
-    rival = build_kernel(names[0], None, tables)
-    if not isinstance(rival, PartsKernel):
-        return choice, kernel
-    want = kernel(lookup).transpose(0, 1)
-    got = rival.pool_parts(parts).float()
-    tol = max(RTOL[tables.row_format], 1e-5)
-    if not torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max() + 1)):
-        return choice, kernel
-    roads: list[Callable[[object], torch.Tensor]] = [
-        lambda _: kernel(lookup).transpose(0, 1).to(out_dtype).contiguous(),
-        lambda _: rival.pool_parts(parts).to(out_dtype),
-    ]
-    best = [float("inf")] * 2
-    for i in range(MEASURE_REPS + 1):  # interleaved, the first of a round alternating
-        for k in (i % 2, 1 - i % 2):
+    rivals = _parts_rivals(choice.kernel, tables, lookup, parts, kernel)
+    if not rivals:
+        return choice, kernel, float("nan")
+    if isinstance(kernel, PartsKernel) and takes_parts(choice.kernel, kernel):
+        own = kernel
+        first: Callable[[object], torch.Tensor] = lambda _: own.pool_parts(parts).to(out_dtype)  # noqa: E731
+    else:
+        first = lambda _: kernel(lookup).transpose(0, 1).to(out_dtype).contiguous()  # noqa: E731
+    roads = [first] + [_parts_road(r, parts, out_dtype) for _, r in rivals]
+    best = [float("inf")] * len(roads)
+    for i in range(MEASURE_REPS + 1):  # interleaved, the first of a round rotating
+        for k in (j % len(roads) for j in range(i, i + len(roads))):
             t = time_calls(roads[k], [None], 1, tables.device, warmup=0)[0]
             best[k] = min(best[k], t) if i else best[k]  # round 0 warms up
-    if best[1] >= best[0]:
-        return choice, kernel
+    k = min(range(len(roads)), key=best.__getitem__)
+    if k == 0:
+        return choice, kernel, best[0] * 1e3
+    name, rival = rivals[k - 1]
+    others = "; ".join(f"{n} {b * 1e3:.3f} ms" for (n, _), b in zip(rivals, best[1:], strict=True)
+                       if n != name)  # fmt: skip
     note = (
-        f"{names[0]} {best[1] * 1e3:.3f} ms per batch on the inputs as given, "
-        f"{choice.kernel} {best[0] * 1e3:.3f} ms on the TBE layout with its outputs made "
-        f"per table (the fastest of {MEASURE_REPS} interleaved rounds); on the TBE layout "
+        f"{name} {best[k] * 1e3:.3f} ms per batch on the inputs as given, "
+        f"{choice.kernel} {best[0] * 1e3:.3f} ms on its road"
+        + (f", {others}" if others else "")
+        + f" (the fastest of {MEASURE_REPS} interleaved rounds); on the TBE layout "
         f"alone: {choice.note}"
     )
-    return KernelChoice(kernel=names[0], source="measured", note=note), rival
+    return KernelChoice(kernel=name, source="measured", note=note), rival, best[k] * 1e3
+
+
+def _parts_rivals(
+    winner: str, tables: Tables, lookup: Lookup, parts: Parts, kernel: EmbeddingKernel
+) -> list[tuple[str, EmbeddingKernel]]:
+    """Every other kernel that pools per-table inputs of these rows (no hot rows), built and
+    checked to pool what the winner pools."""
+    want = kernel(lookup).transpose(0, 1)
+    tol = max(RTOL[tables.row_format], 1e-5)
+    out: list[tuple[str, EmbeddingKernel]] = []
+    for n in kernels_for(tables.row_format, tables.device.type):
+        if n == winner or not kernel_traits(n).parts or kernel_traits(n).hot_rows:
+            continue
+        rival = build_kernel(n, None, tables)
+        if not isinstance(rival, PartsKernel):
+            continue
+        got = rival.pool_parts(parts).float()
+        if torch.allclose(got, want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)):
+            out.append((n, rival))
+    return out
+
+
+def _parts_road(
+    rival: EmbeddingKernel, parts: Parts, out_dtype: torch.dtype
+) -> Callable[[object], torch.Tensor]:
+    pool = cast(PartsKernel, rival).pool_parts  # _parts_rivals keeps only these
+    return lambda _: pool(parts).to(out_dtype)
 
 
 def tune(

@@ -16,7 +16,14 @@ import torch
 
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError, RecperfError
-from recperf.embed.autotune import DEFAULT_CACHE, TuneResult, autotune, device_name
+from recperf.embed.autotune import (
+    DEFAULT_CACHE,
+    TuneResult,
+    autotune,
+    cache_key,
+    device_name,
+    record_winner,
+)
 from recperf.embed.kernels.base import (
     EmbeddingKernel,
     Lookup,
@@ -48,6 +55,8 @@ class KernelChoice:
     ``measured`` (timed by ``measured_choice``) or ``fallback`` (``auto`` found no usable
     winner: the reference runs)."""
     note: str = ""
+    cache_key: str = ""
+    """Where ``measured_choice`` cached this winner ("" where it cached none)."""
     """The cache entry used, or why the reference runs instead of a winner."""
 
 
@@ -198,13 +207,16 @@ def measured_choice(
         note += f" (each the fastest of {reps} interleaved rounds)"
     note += skipped
     kernel, params = result.kernel, result.params
+    key = "" if cache is None else cache_key(tables, lookups, trace, names)
     in_place = in_place_tie(result, tables.row_format)
     if in_place is not None:
         kernel, params = str(in_place["kernel"]), dict(in_place.get("params", {}))
         tie = f"within {IN_PLACE_TIE:.0%} of {result.kernel}"
         why = f"which reads float32 copies of the {tables.row_format} rows"
         note = f"{kernel}: {tie}, {why}, so in place wins; {note}"
-    return KernelChoice(kernel=kernel, params=params, source=source, note=note)
+        if cache is not None and not result.cached:  # a later cache hit gets this pick too
+            record_winner(cache, key, kernel, float(in_place["ms"]), note)
+    return KernelChoice(kernel=kernel, params=params, source=source, note=note, cache_key=key)
 
 
 IN_PLACE_TIE = 0.05
