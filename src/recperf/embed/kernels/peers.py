@@ -145,8 +145,9 @@ def padding_note(tables: Tables, buffer: TbeBuffer) -> str:
         return ""
     return (
         f"the {tables.row_format} rows are read where they lie, {buffer.stride} B apart for "
-        f"{data} B of row: FBGEMM read 16-byte-aligned rows 1.3-1.4x slower than unpadded "
-        "ones on two x86 CPUs (benchmarks/RESULTS.md); TorchRec lays them out unpadded after "
+        f"{data} B of row: FBGEMM read 16-byte-aligned int8 rows 1.3-1.6x (int4 1.6-1.9x) "
+        "slower than unpadded ones on the x86 CPUs measured (benchmarks/RESULTS.md); TorchRec "
+        "lays them out unpadded after "
         "quant_prep_customize_row_alignment(model, [EmbeddingBagCollection], 1) before "
         "from_float, as its sharded CPU inference does; kernel='fbgemm-tbe' with "
         "options={'copy_rows': True} copies them (their memory once more)"
@@ -169,7 +170,7 @@ class FbgemmTBEConfig:
     copy_rows: bool = False
     """Copy the rows into an unpadded buffer even when they lie in one (TorchRec's
     ``from_float`` pads int8 rows to 16 bytes by default: 144 B for D = 128, against 132 B).
-    FBGEMM read the padded rows 1.3-1.4x slower on two x86 CPUs, but the copy costs the
+    FBGEMM read the padded rows 1.3-1.9x slower on the x86 CPUs measured, but the copy costs the
     tables' memory once more, so it is never chosen for you (not in the tunable space):
     unpadded rows from TorchRec itself are read in place as fast (``padding_note``)."""
 
