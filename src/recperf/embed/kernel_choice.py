@@ -55,9 +55,9 @@ class KernelChoice:
     ``measured`` (timed by ``measured_choice``) or ``fallback`` (``auto`` found no usable
     winner: the reference runs)."""
     note: str = ""
+    """The cache entry used, or why the reference runs instead of a winner."""
     cache_key: str = ""
     """Where ``measured_choice`` cached this winner ("" where it cached none)."""
-    """The cache entry used, or why the reference runs instead of a winner."""
 
 
 def takes_hot_rows(name: str) -> bool:
