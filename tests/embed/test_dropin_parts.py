@@ -13,6 +13,7 @@ from recperf.core.errors import ConfigError, ContractError
 from recperf.embed import DropInConfig, EmbeddingBags
 from recperf.embed.kernels import KERNELS, Lookup, Tables, make_lookup
 from recperf.embed.kernels.base import Parts, bag_starts, check_kernel, parts_of
+from recperf.embed.kernels.baglist import BagList
 from recperf.embed.kernels.peers import BagConcat
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -188,12 +189,13 @@ def test_bag_concat_shifts_ids_by_one_add_once_the_bag_sizes_repeat() -> None:
         ((1e-3, 2e-3, 3e-3), "torch"),
     ],
 )
+@pytest.mark.parametrize("flat", [False, True])
 def test_auto_times_a_winner_on_the_tbe_layout_against_parts_kernels_on_the_drop_ins_roads(
-    monkeypatch: pytest.MonkeyPatch, seconds: tuple[float, ...], want: str
+    monkeypatch: pytest.MonkeyPatch, seconds: tuple[float, ...], want: str, flat: bool
 ) -> None:
     """The winner on its road (here ``torch`` on the TBE layout, its outputs made per table)
-    against every kernel that pools the inputs as given (``bag-concat``, ``bag-list``): the
-    fastest road wins."""
+    against every kernel that pools the inputs as given (``bag-concat``, ``bag-list``), per
+    bag or (``flat``) in the TBE layout, where they run ``pool_lookup``: the fastest wins."""
     from recperf.embed import dropin_choice
     from recperf.embed.kernel_choice import KernelChoice
 
@@ -209,16 +211,24 @@ def test_auto_times_a_winner_on_the_tbe_layout_against_parts_kernels_on_the_drop
         return [seconds[(i + pos) % 3]]
 
     monkeypatch.setattr(dropin_choice, "time_calls", timed)
+    lookups: list[object] = []
+    for cls in (BagConcat, BagList):  # which road each parts kernel is timed on
+        road = cls.pool_lookup
+        monkeypatch.setattr(cls, "pool_lookup", lambda k, lk, r=road: lookups.append(lk) or r(k, lk))
     bags = _bags(torch.float16, (False, True, False))
     module = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=None))
     ids, offs = _inputs(bags, batch=4, seed=0)
-    got = module(ids, offs)
+    got = module(*_flat(ids, offs, 4)) if flat else module(ids, offs)
     (choice,) = module.choices
     assert (choice.kernel, choice.source) == (want, "measured")
     assert len(calls) == 3 * (dropin_choice.MEASURE_REPS + 1)
     assert all(c.shape == (3, 4, 5) and c.dtype == torch.float16 for c in calls)
+    timed_flat = 2 * (dropin_choice.MEASURE_REPS + 1)  # the two parts kernels' roads
+    assert len(lookups) == (timed_flat + (want != "torch") if flat else 0)
     if want != "torch":
-        assert "on the inputs as given" in choice.note and "torch 1.000 ms" in choice.note
+        layout = " (the TBE layout), " if flat else ", "
+        assert f"on the inputs as given{layout}torch " in choice.note
+        assert "alone: torch 1.000 ms" in choice.note
     with torch.no_grad():
         for a, bag, i, o in zip(got, bags, ids, offs, strict=True):
             torch.testing.assert_close(a, bag(i, o), rtol=2e-3, atol=2e-3)

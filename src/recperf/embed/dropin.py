@@ -363,19 +363,32 @@ class EmbeddingBags(nn.Module):
                         per_sample_weights=weights)  # fmt: skip
         group = self._groups[0]
         same = indices.device == offsets.device == self._dev
-        if (self._in_order and not group.pending and weights is None
-                and not self.config.debug and same):  # fmt: skip
+        # one kernel takes the batch as it is (no cut per input)
+        whole = self._in_order and weights is None and not self.config.debug and same
+        if whole and group.pending:  # time the kernels on the roads this input takes
+            with torch.no_grad():
+                parts, batch = self._parts(*self._cut(lookup), None)
+                if batch:
+                    self._measure(parts, batch, flat=True)
+        if whole and not group.pending:
             with torch.no_grad():
                 if not group.parts:  # a TBE kernel takes the batch as it is: no cut, no concat
                     return self._outputs([group.kernel(lookup)])
                 if self._plain:
                     return list(cast(PartsKernel, group.kernel).pool_lookup(lookup).unbind(0))
-        b = lookup.batch_size
-        starts = offsets[::b].tolist()
-        ids = [indices[s:e] for s, e in itertools.pairwise(starts)]
-        offs = [offsets[i * b : (i + 1) * b + end] - starts[i] for i, end in enumerate(self._ends)]
+        ids, offs = self._cut(lookup)
+        starts = offsets[:: lookup.batch_size].tolist()
         psw = None if weights is None else [weights[s:e] for s, e in itertools.pairwise(starts)]
         return self.forward(ids, offs, psw)
+
+    def _cut(self, lookup: Lookup) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """A TBE-layout batch as each input's ids and offsets (views; ends where its bag has
+        one)."""
+        b, offsets = lookup.batch_size, lookup.offsets
+        starts = offsets[::b].tolist()
+        ids = [lookup.indices[s:e] for s, e in itertools.pairwise(starts)]
+        offs = [offsets[i * b : (i + 1) * b + end] - starts[i] for i, end in enumerate(self._ends)]
+        return ids, offs
 
     def _outputs(self, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
         """Each slot's contiguous ``[B, D]`` in its output dtype: views of its group's
@@ -435,14 +448,16 @@ class EmbeddingBags(nn.Module):
                 check_values(names, part, rows[i], self._tables[slot.table])
             raise RuntimeError("inputs: values_ok refused what check_values accepts (a bug)")
 
-    def _measure(self, parts: list[Part], batch: int) -> None:
-        """``auto`` without a cached winner: each pending group timed on this batch."""
+    def _measure(self, parts: list[Part], batch: int, flat: bool = False) -> None:
+        """``auto`` without a cached winner: each pending group timed on this batch (``flat``:
+        it came in the TBE layout, and its one group takes it as it is)."""
         for g, group in enumerate(self._groups):
             if group.pending:
                 lookup = to_lookup([parts[s] for s in group.slots], batch)
                 given = to_parts(parts, group.slots, batch)
                 dtypes = self._dtypes[g]
-                measure(group, lookup, self.config, given, dtypes[0] if len(dtypes) == 1 else None)
+                dtype = dtypes[0] if len(dtypes) == 1 else None
+                measure(group, lookup, self.config, given, dtype, flat=flat)
                 self._tuned[(g, _where(group.tables))] = group.choice
 
     def _pool(self, parts: list[Part], batch: int) -> list[torch.Tensor]:

@@ -133,11 +133,13 @@ def measure(
     config: DropInConfig,
     parts: Parts | None = None,
     out_dtype: torch.dtype | None = None,
+    flat: bool = False,
 ) -> None:
     """A pending group's kernels timed on ``lookup`` (``measured_choice``, which caches the
     winner), the winner built to run from now on. Given the same batch as ``parts`` and the
     dtype the drop-in returns, the winner is then timed against every kernel that pools
-    per-table inputs, on the roads the drop-in runs them (``_by_road``)."""
+    per-table inputs, on the roads the drop-in runs them (``_by_road``; ``flat``: the batch
+    came in the TBE layout, and so will the next)."""
     choice = measured_choice(
         group.tables,
         [lookup],
@@ -148,7 +150,7 @@ def measure(
     )
     choice, kernel = build_choice(choice, group.tables, group.hot_rows)
     if parts is not None and out_dtype is not None and choice.source == "measured":
-        road, kernel, ms = _by_road(group, choice, kernel, lookup, parts, out_dtype)
+        road, kernel, ms = _by_road(group, choice, kernel, lookup, parts, out_dtype, flat)
         if road.kernel != choice.kernel and config.cache is not None and choice.cache_key:
             record_winner(config.cache, choice.cache_key, road.kernel, ms, road.note)
         choice = road
@@ -162,6 +164,7 @@ def _by_road(
     lookup: Lookup,
     parts: Parts,
     out_dtype: torch.dtype,
+    flat: bool = False,
 ) -> tuple[KernelChoice, EmbeddingKernel, float]:
     """The measured winner, or the kernel that pools per-table inputs fastest on the
     drop-in's roads where it beats the winner there: a winner that pools parts on the inputs
@@ -171,17 +174,19 @@ def _by_road(
     ``out_dtype``. ``measured_choice`` times kernels on the ``Lookup`` only, where one that
     pools fp16/bf16 rows casts them to float32, a pass the drop-in never makes: under that
     bias it picked ``fbgemm-tbe`` for fp16 rows, 0.5x the fastest peer on ``mlperf`` (issue 27).
-    Also the ms per batch of the kernel returned, on its road."""
+    With ``flat`` (the batch comes in the TBE layout) a kernel that pools parts runs
+    ``pool_lookup`` on it instead: the roads ``forward`` takes then. Also the ms per batch of
+    the kernel returned, on its road."""
     tables = group.tables
     rivals = _parts_rivals(choice.kernel, tables, lookup, parts, kernel)
     if not rivals:
         return choice, kernel, float("nan")
     if isinstance(kernel, PartsKernel) and takes_parts(choice.kernel, kernel):
-        own = kernel
-        first: Callable[[object], torch.Tensor] = lambda _: own.pool_parts(parts).to(out_dtype)  # noqa: E731
+        first = _parts_road(kernel, parts, lookup if flat else None, out_dtype)
     else:
         first = lambda _: kernel(lookup).transpose(0, 1).to(out_dtype).contiguous()  # noqa: E731
-    roads = [first] + [_parts_road(r, parts, out_dtype) for _, r in rivals]
+    given = lookup if flat else None
+    roads = [first] + [_parts_road(r, parts, given, out_dtype) for _, r in rivals]
     best = [float("inf")] * len(roads)
     for i in range(MEASURE_REPS + 1):  # interleaved, the first of a round rotating
         for k in (j % len(roads) for j in range(i, i + len(roads))):
@@ -194,8 +199,9 @@ def _by_road(
     others = "; ".join(f"{n} {b * 1e3:.3f} ms" for (n, _), b in zip(rivals, best[1:], strict=True)
                        if n != name)  # fmt: skip
     note = (
-        f"{name} {best[k] * 1e3:.3f} ms per batch on the inputs as given, "
-        f"{choice.kernel} {best[0] * 1e3:.3f} ms on its road"
+        f"{name} {best[k] * 1e3:.3f} ms per batch on the inputs as given"
+        + (" (the TBE layout), " if flat else ", ")
+        + f"{choice.kernel} {best[0] * 1e3:.3f} ms on its road"
         + (f", {others}" if others else "")
         + f" (the fastest of {MEASURE_REPS} interleaved rounds); on the TBE layout "
         f"alone: {choice.note}"
@@ -224,10 +230,13 @@ def _parts_rivals(
 
 
 def _parts_road(
-    rival: EmbeddingKernel, parts: Parts, out_dtype: torch.dtype
+    rival: EmbeddingKernel, parts: Parts, flat: Lookup | None, out_dtype: torch.dtype
 ) -> Callable[[object], torch.Tensor]:
-    pool = cast(PartsKernel, rival).pool_parts  # _parts_rivals keeps only these
-    return lambda _: pool(parts).to(out_dtype)
+    """A kernel that pools parts, on the batch as it comes: per table, or ``flat``."""
+    kernel = cast(PartsKernel, rival)  # _parts_rivals keeps only these
+    if flat is not None:
+        return lambda _: kernel.pool_lookup(flat).to(out_dtype)
+    return lambda _: kernel.pool_parts(parts).to(out_dtype)
 
 
 def tune(
