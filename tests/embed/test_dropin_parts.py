@@ -12,8 +12,8 @@ from torch import nn
 from recperf.core.errors import ConfigError, ContractError
 from recperf.embed import DropInConfig, EmbeddingBags
 from recperf.embed.kernels import KERNELS, Lookup, Tables, make_lookup
-from recperf.embed.kernels.base import Parts, bag_starts, check_kernel, parts_of
 from recperf.embed.kernels.baglist import BagList
+from recperf.embed.kernels.base import Parts, bag_starts, check_kernel, parts_of
 from recperf.embed.kernels.peers import BagConcat
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -214,7 +214,8 @@ def test_auto_times_a_winner_on_the_tbe_layout_against_parts_kernels_on_the_drop
     lookups: list[object] = []
     for cls in (BagConcat, BagList):  # which road each parts kernel is timed on
         road = cls.pool_lookup
-        monkeypatch.setattr(cls, "pool_lookup", lambda k, lk, r=road: lookups.append(lk) or r(k, lk))
+        counted = lambda k, lk, r=road: lookups.append(lk) or r(k, lk)  # noqa: E731
+        monkeypatch.setattr(cls, "pool_lookup", counted)
     bags = _bags(torch.float16, (False, True, False))
     module = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=None))
     ids, offs = _inputs(bags, batch=4, seed=0)
