@@ -12,7 +12,7 @@ from recperf.stalls.run import differential, ranktrace
 from recperf.stalls.run.ddptimers import CommWindow
 from recperf.stalls.run.hook import TRACE_FORMAT, IterRecord, Profiler
 from recperf.stalls.run.profile import ddp_buckets
-from recperf.stalls.run.ranktrace import read_rank_run
+from recperf.stalls.run.ranktrace import RunMeta, read_rank_run
 from recperf.stalls.run.spec import RunSpec
 from recperf.stalls.trace import breakdown, kineto
 from recperf.stalls.trace.intervals import length, merge
@@ -89,7 +89,7 @@ def test_run_stats_drops_warmup_and_averages_ranks() -> None:
     s = differential.run_stats(spec, [read_rank_run(slow), read_rank_run(fast)])
     assert s.iteration_s == pytest.approx(((1.1 + 1.3) / 2 + 1.0) / 2)
     assert s.data_wait_s == pytest.approx(0.15)
-    assert s.grad_bytes == 100 and s.flops_per_iter == 1e6
+    assert s.meta.grad_bytes == 100 and s.meta.flops_per_iter == 1e6
 
 
 def test_not_a_trace_is_rejected() -> None:
@@ -114,12 +114,14 @@ def _stats(name: str, it: float, **kw: float) -> differential.RunStats:
         ranks=2,
         nodes=1,
         iteration_s=it,
-        grad_bytes=1,
-        param_bytes=1,
-        num_param_tensors=1,
-        flops_per_iter=0.0,
-        device_name="cpu",
-        instrumented=True,
+        meta=RunMeta(
+            grad_bytes=1,
+            param_bytes=1,
+            num_param_tensors=1,
+            flops_per_iter=0.0,
+            device_name="cpu",
+            instrumented=True,
+        ),
         **(base | kw),
     )
 

@@ -42,7 +42,7 @@ def test_the_builder_reproduces_an_old_profile_summary(old: dict[str, Any]) -> N
         batch_size=old["batch_size"], threads=old["threads_per_rank"], device=old["device"],
         delay_ms=old["delay_ms"],
     )  # fmt: skip
-    stats = {r["name"]: RunStats(**r) for r in old["runs"]}
+    stats = {r["name"]: RunStats.from_json(r) for r in old["runs"]}
     samples = [CommSample.from_json(s) for s in old["comm_samples"]]
     new = _summary(config, stats, samples, dict(old["skipped"]), [1]).to_json()
     host = {"created_utc", "host_cores", "host_load_1min", "warnings", "torch_trace"}

@@ -15,7 +15,7 @@ from recperf.core.errors import ConfigError
 from recperf.stalls.model.comm import CommSample
 from recperf.stalls.result import STALLS
 from recperf.stalls.run.netem import parse_bandwidth
-from recperf.stalls.run.ranktrace import RankRun, load_rank_run
+from recperf.stalls.run.ranktrace import META_KEYS, RankRun, RunMeta, load_rank_run
 from recperf.stalls.run.spec import RunSpec
 
 
@@ -38,12 +38,8 @@ class RunStats:
     overlapped_comm_s: float
     comm_busy_s: float
     buckets: float
-    grad_bytes: int
-    param_bytes: int
-    num_param_tensors: int
-    flops_per_iter: float
-    device_name: str
-    instrumented: bool
+    meta: RunMeta
+    """The run's metadata, from its first rank's trace (summary.json lists its fields flat)."""
     iteration_sem_s: float | None = None
     """Standard error of the mean iteration time: each rank's over its timed iterations,
     averaged over ranks (ranks move in step, so averaging them narrows nothing). None: fewer
@@ -53,9 +49,16 @@ class RunStats:
         """The run as summary.json lists it (no ``iteration_sem_s`` where none was kept, so
         older documents read back unchanged)."""
         out = asdict(self)
+        out |= out.pop("meta")
         if out["iteration_sem_s"] is None:
             del out["iteration_sem_s"]
         return out
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RunStats:
+        """A run as ``to_json`` wrote it."""
+        meta = RunMeta(**{k: doc[k] for k in META_KEYS})
+        return cls(**{k: v for k, v in doc.items() if k not in META_KEYS}, meta=meta)
 
 
 Z95 = 1.96
@@ -81,7 +84,8 @@ def run_stats(spec: RunSpec, traces: Sequence[RankRun]) -> RunStats:
         nodes=spec.nodes,
         iteration_median_s=statistics.fmean(medians),
         iteration_sem_s=statistics.fmean(sems) if len(sems) == len(traces) else None,
-        **{**asdict(traces[0].meta), **mean},
+        meta=traces[0].meta,
+        **mean,
     )
 
 

@@ -320,13 +320,13 @@ def _summary(
     base = stats.get("control", stats["compute"])
     layers, layers_method = _layers(stats, param_sizes)
     details = _config_keys(config) | {
-        "device_name": base.device_name,
+        "device_name": base.meta.device_name,
         "backward_s": base.backward_s,
-        "grad_bytes": base.grad_bytes,
-        "param_bytes": base.param_bytes,
+        "grad_bytes": base.meta.grad_bytes,
+        "param_bytes": base.meta.param_bytes,
         "num_layers": layers,
-        "num_param_tensors": base.num_param_tensors,
-        "flops_per_iter": base.flops_per_iter,
+        "num_param_tensors": base.meta.num_param_tensors,
+        "flops_per_iter": base.meta.flops_per_iter,
         "runs": [s.to_json() for s in stats.values()],
         "comm_samples": [s.to_json() for s in samples],
     }

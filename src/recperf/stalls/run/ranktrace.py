@@ -23,7 +23,7 @@ from recperf.stalls.trace.intervals import length, merge
 @dataclass(kw_only=True, slots=True, frozen=True)
 class RunMeta:
     """The run metadata every rank trace's ``recperf`` object holds (``check_trace`` checks
-    these fields' types; ``RunStats`` carries them on)."""
+    these fields' types; ``RunStats.meta`` carries them on)."""
 
     grad_bytes: int
     param_bytes: int
