@@ -248,9 +248,13 @@ if SparseType is not None:
             table's rows up to where the next begins, so an aligned start leaves room for more):
             their ids are bounded here, the rest by the operator itself. Where FBGEMM counts
             fewer rows than a table has, its own bounds check runs instead."""
-            self.exact = not self.loose
             self._loose_rows = torch.tensor([tables.rows[t] for t in self.loose])
             self._fatal = any(n < r for n, r in pairs)
+
+        @property
+        def exact(self) -> bool:
+            """Whether FBGEMM's operator alone bounds every table's ids (no ``loose`` table)."""
+            return not self.loose
 
         def _check(self, lookup: Lookup) -> None:
             """Offsets, signs and the ``loose`` tables' ids (FBGEMM's separate bounds check
