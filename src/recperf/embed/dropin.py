@@ -367,7 +367,7 @@ class EmbeddingBags(nn.Module):
         whole = self._in_order and weights is None and not self.config.debug and same
         if whole and group.pending:  # time the kernels on the roads this input takes
             with torch.no_grad():
-                parts, batch = self._parts(*self._cut(lookup), None)
+                parts, batch = self._parts(*self._cut(lookup)[:2], None)
                 if batch:
                     self._measure(parts, batch, flat=True)
         if whole and not group.pending:
@@ -376,19 +376,18 @@ class EmbeddingBags(nn.Module):
                     return self._outputs([group.kernel(lookup)])
                 if self._plain:
                     return list(cast(PartsKernel, group.kernel).pool_lookup(lookup).unbind(0))
-        ids, offs = self._cut(lookup)
-        starts = offsets[:: lookup.batch_size].tolist()
+        ids, offs, starts = self._cut(lookup)
         psw = None if weights is None else [weights[s:e] for s, e in itertools.pairwise(starts)]
         return self.forward(ids, offs, psw)
 
-    def _cut(self, lookup: Lookup) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def _cut(self, lookup: Lookup) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int]]:
         """A TBE-layout batch as each input's ids and offsets (views; ends where its bag has
-        one)."""
+        one), and where each input's ids start."""
         b, offsets = lookup.batch_size, lookup.offsets
         starts = offsets[::b].tolist()
         ids = [lookup.indices[s:e] for s, e in itertools.pairwise(starts)]
         offs = [offsets[i * b : (i + 1) * b + end] - starts[i] for i, end in enumerate(self._ends)]
-        return ids, offs
+        return ids, offs, starts
 
     def _outputs(self, pooled: list[torch.Tensor]) -> list[torch.Tensor]:
         """Each slot's contiguous ``[B, D]`` in its output dtype: views of its group's
