@@ -12,9 +12,9 @@ from torch import nn
 from recperf.core.errors import ConfigError, ContractError
 from recperf.embed import DropInConfig, EmbeddingBags
 from recperf.embed.kernels import KERNELS, Lookup, Tables, make_lookup
+from recperf.embed.kernels.bagconcat import BagConcat, numpy_shift, torch_shift
 from recperf.embed.kernels.baglist import BagList
 from recperf.embed.kernels.base import Parts, bag_starts, check_kernel, parts_of
-from recperf.embed.kernels.peers import BagConcat
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -163,22 +163,37 @@ def test_bag_concat_pools_a_weighted_mean_per_table_as_through_a_lookup() -> Non
     torch.testing.assert_close(kernel.pool_parts(parts_of(via)).transpose(0, 1), kernel(via))
 
 
-def test_bag_concat_shifts_ids_by_one_add_once_the_bag_sizes_repeat() -> None:
+def test_bag_concat_pools_as_the_bags_batch_after_batch_whatever_the_bag_sizes() -> None:
     bags = _bags(torch.float32, (False, True, False))
     module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
-    kernel = module._groups[0].kernel
-    assert isinstance(kernel, BagConcat)
-    first, other = _inputs(bags, batch=5, seed=0), _inputs(bags, batch=5, seed=1)
-    with torch.no_grad():
-        want = {
-            k: [bag(i, o) for bag, i, o in zip(bags, *x, strict=True)]
-            for k, x in (("first", first), ("other", other))
-        }
-    for k, x, cached in [("first", first, False), ("first", first, True), ("first", first, True),
-                         ("other", other, False), ("first", first, False)]:  # fmt: skip
-        got = module(*x)
-        assert (kernel._layout[2] is not None) == cached
-        assert all(torch.equal(a, b) for a, b in zip(got, want[k], strict=True))
+    assert isinstance(module._groups[0].kernel, BagConcat)
+    batches = [_inputs(bags, batch=5, seed=s) for s in (0, 0, 1, 2, 0)]  # sizes repeat, change
+    for ids, offs in batches:
+        with torch.no_grad():
+            want = [bag(i, o) for bag, i, o in zip(bags, ids, offs, strict=True)]
+        got = module(ids, offs)
+        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("with_offsets", [False, True])
+def test_shifted_ids_agree_on_the_cpu_and_on_any_device(with_offsets: bool) -> None:
+    g = torch.Generator().manual_seed(4)
+    batch, first = 3, [0, 13, 17, 30]
+    lengths = [torch.randint(0, 4, (batch,), generator=g) for _ in first]
+    lengths[2].zero_()  # an input without ids
+    ids = [torch.randint(0, 9, (int(n.sum()),), generator=g) for n in lengths]
+    ids[1] = torch.arange(2 * int(lengths[1].sum()))[::2]  # a strided view
+    starts = [torch.cat([torch.zeros(1, dtype=torch.int64), n.cumsum(0)]) for n in lengths]
+    offsets = [s if t % 2 else s[:-1] for t, s in enumerate(starts)] if with_offsets else None
+    got = numpy_shift(ids, first, offsets, batch)
+    want = torch_shift(ids, first, offsets, batch)
+    assert torch.equal(got[0], torch.cat([i + f for i, f in zip(ids, first, strict=True)]))
+    assert torch.equal(got[0], want[0])
+    if offsets is None:
+        assert got[1] is None and want[1] is None
+        return
+    assert got[1] is not None and want[1] is not None and torch.equal(got[1], want[1])
+    assert got[1].tolist() == [0, *torch.cat(lengths).cumsum(0).tolist()]
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ installed)."""
 
 import importlib
 
-from recperf.embed.kernels import baglist, peers, reference, torch_hot
+from recperf.embed.kernels import bagconcat, baglist, peers, reference, torch_hot
 from recperf.embed.kernels.base import (
     KERNELS,
     EmbeddingKernel,
@@ -29,6 +29,7 @@ __all__ = [
     "Lookup",
     "Pooling",
     "Tables",
+    "bagconcat",
     "baglist",
     "check_kernel",
     "make_lookup",

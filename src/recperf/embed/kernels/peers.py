@@ -1,30 +1,24 @@
-"""The installed peers as recperf kernels, so that ``auto`` can pick them where they measure
-faster: ``fbgemm-tbe``, FBGEMM's inference table-batched operator (the one TorchRec's quantized
-collection runs) over every row format it reads, and ``bag-concat``, one ``embedding_bag`` over
-the concatenated float tables (the fastest fp32 peer on a CPU in issue 18). Both pool exactly
-what the reference pools (``reference.py``)."""
+"""FBGEMM's inference table-batched operator as a recperf kernel, ``fbgemm-tbe`` (the one
+TorchRec's quantized collection runs), over every row format it reads, so that ``auto`` can pick
+it where it measures faster; it pools exactly what the reference pools (``reference.py``). The
+other peer, one ``embedding_bag`` over the concatenated float tables, is ``bagconcat.py``."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from recperf.core.errors import ConfigError
 from recperf.embed.kernels.base import (
     KERNELS,
     KernelTraits,
     Lookup,
-    Parts,
     Tables,
-    bag_starts,
     check_tables_match,
     validate_lookup,
 )
-from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, SCALE_BIAS_BYTES
+from recperf.embed.kernels.formats import INTEGER_FORMATS, SCALE_BIAS_BYTES
 from recperf.embed.kernels.formats import row_bytes as format_row_bytes
 
 try:  # fbgemm-gpu (or its CPU build) is optional: without it only bag-concat registers
@@ -289,155 +283,3 @@ if SparseType is not None:
                 validate_lookup(self.tables, lookup)
                 raise
             return out.view(lookup.batch_size, self.tables.num_tables, self.tables.dim)
-
-
-BAG_FORMATS = frozenset(FLOAT_DTYPES)
-
-
-@KERNELS.register(
-    "bag-concat",
-    traits=KernelTraits(formats=BAG_FORMATS, cpu=True, layout="combined", peer="torch", parts=True),
-)
-class BagConcat:
-    """One ``torch.nn.functional.embedding_bag`` over the float tables stacked row-wise (a copy
-    of the rows, made once here), each table's ids shifted by its first row; pooled in the
-    rows' dtype (fp16/bf16 rows as ``nn.EmbeddingBag`` pools them, accumulating in float32),
-    returned as float32 (for float32 rows a transposed view of the table-major output, not
-    contiguous). Per-sample weights are cast to the rows' dtype, as torch requires;
-    a weighted ``mean`` is the weighted sum divided by the bag length (as the reference).
-    ``pool_parts`` (its ``parts`` trait) pools the per-table inputs a list of
-    ``nn.EmbeddingBag`` takes into their dtype, as the drop-in calls it. The copy costs the
-    float tables' bytes once more (352 MiB for ``paper`` capped at 60,000 rows in fp32)."""
-
-    name: str
-
-    def __init__(self, tables: Tables) -> None:
-        if tables.row_format not in BAG_FORMATS:
-            raise ConfigError(f"bag-concat: reads float rows, not {tables.row_format}")
-        self.name = "bag-concat"
-        self.tables = tables
-        self._weight = torch.cat(tables.weights) if tables.num_tables > 1 else tables.weights[0]
-        first = torch.tensor([0, *tables.rows[:-1]], dtype=torch.int64).cumsum(0)
-        self._first = first.tolist()
-        self._layout: tuple[tuple[int, ...], torch.Tensor, torch.Tensor | None] = (
-            (),
-            torch.empty(0, dtype=torch.int64),
-            None,
-        )
-        """The tables' id counts of the last batch, each table's first id then, and the
-        per-id shift once the same counts came twice (one entry, replaced whole: a reader never
-        sees half of it, and it does not grow whatever the inputs)."""
-
-    def _layout_for(self, sizes: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Each table's first id in the concatenated ids (int64 ``[T, 1]``) and, when the
-        tables' id counts are those of the call before (fixed bag sizes, as DLRM's multi-hot
-        inputs), each id's shift (its table's first row), so that one add shifts them all
-        (0.96-0.97x the peer, against 0.94x for a ``_foreach_add_`` over the tables), else
-        None."""
-        key = tuple(sizes)
-        last, bases, shift = self._layout
-        dev = self._weight.device
-        if key != last:
-            starts = [0, *itertools.accumulate(key)][:-1]
-            bases = torch.tensor(starts, dtype=torch.int64, device=dev).view(-1, 1)
-            self._layout = (key, bases, None)
-            return bases, None
-        if shift is None:
-            shift = torch.repeat_interleave(
-                torch.tensor(self._first, device=dev),
-                torch.tensor(key, device=dev),
-                output_size=sum(key),
-            )
-            self._layout = (key, bases, shift)
-        return bases, shift
-
-    def _shifted(self, ids: torch.Tensor, sizes: Sequence[int], shift: torch.Tensor | None) -> None:
-        """Shift ``ids`` (the tables' ids concatenated, a tensor of this call's own) in place."""
-        if shift is not None:
-            ids.add_(shift)
-        else:  # in one dispatch (a foreach into new tensors and a cat wrote ~0.9 MB more)
-            torch._foreach_add_(torch.split(ids, list(sizes))[1:], self._first[1:])
-
-    def __call__(self, lookup: Lookup) -> torch.Tensor:
-        # [B, T, D] as a view of the table-major bags (float32 rows: no copy; measured ~10% of
-        # the call at mlperf's batch 512); fp16/bf16 rows cast to float32 in one strided pass.
-        pooled = self.pool_lookup(lookup).transpose(0, 1)
-        if pooled.dtype != torch.float32:
-            pooled = pooled.to(torch.float32, memory_format=torch.contiguous_format)
-        return pooled
-
-    def pool_lookup(self, lookup: Lookup) -> torch.Tensor:
-        """``[T, B, D]`` in the rows' dtype: the concatenated ids shifted by their tables' first
-        rows (one add where the tables' id counts repeat), one ``embedding_bag``."""
-        check_tables_match(self.tables, lookup)
-        b, t, d = lookup.batch_size, self.tables.num_tables, self.tables.dim
-        starts = lookup.offsets[::b].tolist()  # one host copy: each table's slice of the ids
-        ids = lookup.indices
-        if t > 1:
-            sizes = [e - s for s, e in itertools.pairwise(starts)]
-            shift = self._layout_for(sizes)[1]
-            if shift is not None:
-                ids = ids + shift
-            else:
-                ids = ids.clone()
-                self._shifted(ids, sizes, None)
-        w = lookup.per_sample_weights
-        mean = self.tables.pooling == "mean"
-        out = F.embedding_bag(
-            ids,
-            self._weight,
-            lookup.offsets,
-            mode="mean" if mean and w is None else "sum",
-            per_sample_weights=None if w is None else w.to(self._weight.dtype),
-            include_last_offset=True,
-        )
-        pooled = out.view(t, b, d)
-        if mean and w is not None:  # the weighted sum over the bag's length, as the reference
-            lengths = (lookup.offsets[1:] - lookup.offsets[:-1]).clamp(min=1).view(t, b, 1)
-            pooled = pooled / lengths.to(pooled.dtype)
-        return pooled
-
-    def pool_parts(self, parts: Parts) -> torch.Tensor:
-        """``[T, B, D]`` in the rows' dtype, pooled as ``nn.EmbeddingBag`` pools each table: its
-        ids concatenated and shifted by its first row, its offsets by its first id (a few
-        dispatches whatever T, not one a table), one ``embedding_bag``; table t's output is a
-        contiguous view ``[t]``. The concatenated ids are shifted in place: a ``_foreach_add``
-        into new tensors and a ``cat`` of them ran 0.88-0.92x one ``nn.EmbeddingBag`` over the
-        concatenated tables (the peer), cat then an in-place add 0.94-1.09x (``paper``,
-        interleaved, 1 thread, issue 27)."""
-        b, t = parts.batch_size, self.tables.num_tables
-        if len(parts.indices) != t:
-            raise ConfigError(f"indices: {len(parts.indices)} tables' inputs, kernel {t}")
-        dev = self._weight.device
-        sizes = [int(i.shape[0]) for i in parts.indices]
-        bases, shift = self._layout_for(sizes)
-        ids = parts.indices[0] if t == 1 else torch.cat(parts.indices)
-        if t > 1:
-            self._shifted(ids, sizes, shift)
-        # TBE offsets with the end (include_last_offset): without it embedding_bag ran 3% slower
-        offsets = torch.empty(t * b + 1, dtype=torch.int64, device=dev)
-        torch.add(bag_starts(parts.offsets, b), bases, out=offsets[:-1].view(t, b))
-        offsets[-1:].fill_(int(ids.shape[0]))
-        psw = parts.per_sample_weights
-        w = None
-        if psw is not None:
-            w = torch.cat(
-                [
-                    x if x is not None else torch.ones(n, device=dev)
-                    for x, n in zip(psw, sizes, strict=True)
-                ]
-            ).to(self._weight.dtype)
-        mean = self.tables.pooling == "mean"
-        out = F.embedding_bag(
-            ids,
-            self._weight,
-            offsets,
-            mode="mean" if mean and w is None else "sum",
-            per_sample_weights=w,
-            include_last_offset=True,
-        )
-        pooled = out.view(t, b, self.tables.dim)
-        if mean and w is not None:  # the weighted sum over the bag's length, as the reference
-            lengths = (offsets[1:] - offsets[:-1]).clamp(min=1).view(t, b, 1)
-            pooled = pooled / lengths.to(pooled.dtype)
-        return pooled

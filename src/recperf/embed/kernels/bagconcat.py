@@ -1,0 +1,178 @@
+"""``bag-concat``: one ``embedding_bag`` over the float tables stacked row-wise (the fastest float
+peer on a CPU in issue 18), as a kernel ``auto`` can pick. Each table's ids are shifted by its
+first row on the way into one new id buffer (``shifted_ids``): on a CPU one numpy add a table,
+reading each id once and writing it once."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from recperf.core.errors import ConfigError
+from recperf.embed.kernels.base import (
+    KERNELS,
+    KernelTraits,
+    Lookup,
+    Parts,
+    Tables,
+    check_tables_match,
+)
+from recperf.embed.kernels.formats import FLOAT_DTYPES
+
+BAG_FORMATS = frozenset(FLOAT_DTYPES)
+
+
+def shifted_ids(
+    ids: Sequence[torch.Tensor],
+    first: Sequence[int],
+    offsets: Sequence[torch.Tensor] | None = None,
+    batch: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The tables' ids concatenated (int64), table t's shifted by ``first[t]``; with
+    ``offsets`` (each table's bag starts into its own ids, ``batch`` of them or one more) also
+    the TBE offsets ``[T * batch + 1]`` into the result, the last its length. On a CPU
+    ``numpy_shift``, elsewhere ``torch_shift``."""
+    shift = numpy_shift if ids[0].device.type == "cpu" else torch_shift
+    return shift(ids, first, offsets, batch)
+
+
+def numpy_shift(
+    ids: Sequence[torch.Tensor],
+    first: Sequence[int],
+    offsets: Sequence[torch.Tensor] | None,
+    batch: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``shifted_ids`` on a CPU: one numpy add a table into one new buffer, so each id is read
+    once and written once. A ``cat`` then an in-place add of a per-id shift reads them three
+    times, and torch's int64 add multiplies by its ``alpha`` element by element (55 us on
+    ``mlperf``'s 110k ids against numpy's 19 us, hot in cache; issue 27)."""
+    sizes = [int(x.shape[0]) for x in ids]
+    out = torch.empty(sum(sizes), dtype=torch.int64)
+    to, pos = out.numpy(), 0
+    if offsets is None:
+        for x, f, m in zip(ids, first, sizes, strict=True):
+            np.add(x.numpy(), f, out=to[pos : pos + m])
+            pos += m
+        return out, None
+    offs = torch.empty(len(ids) * batch + 1, dtype=torch.int64)
+    oo = offs.numpy()
+    for t, (x, o, f, m) in enumerate(zip(ids, offsets, first, sizes, strict=True)):
+        np.add(x.numpy(), f, out=to[pos : pos + m])
+        np.add(o.numpy()[:batch], pos, out=oo[t * batch : (t + 1) * batch])
+        pos += m
+    oo[-1] = pos
+    return out, offs
+
+
+def torch_shift(
+    ids: Sequence[torch.Tensor],
+    first: Sequence[int],
+    offsets: Sequence[torch.Tensor] | None,
+    batch: int,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``shifted_ids`` on any device: a ``cat``, one ``_foreach_add_`` of the tables' first
+    rows, and the offsets stacked and shifted by their tables' first ids."""
+    sizes = [int(x.shape[0]) for x in ids]
+    dev = ids[0].device
+    out = torch.cat([x.long() for x in ids])
+    torch._foreach_add_(list(torch.split(out, sizes))[1:], list(first[1:]))
+    if offsets is None:
+        return out, None
+    offs = torch.empty(len(ids) * batch + 1, dtype=torch.int64, device=dev)
+    bases = torch.tensor([0, *itertools.accumulate(sizes)][:-1], device=dev).view(-1, 1)
+    starts = torch.stack([o[:batch].long() for o in offsets])
+    torch.add(starts, bases, out=offs[:-1].view(len(ids), batch))
+    offs[-1:].fill_(int(out.shape[0]))
+    return out, offs
+
+
+@KERNELS.register(
+    "bag-concat",
+    traits=KernelTraits(formats=BAG_FORMATS, cpu=True, layout="combined", peer="torch", parts=True),
+)
+class BagConcat:
+    """One ``torch.nn.functional.embedding_bag`` over the float tables stacked row-wise (a copy
+    of the rows, made once here), each table's ids shifted by its first row; pooled in the
+    rows' dtype (fp16/bf16 rows as ``nn.EmbeddingBag`` pools them, accumulating in float32),
+    returned as float32 (for float32 rows a transposed view of the table-major output, not
+    contiguous). Per-sample weights are cast to the rows' dtype, as torch requires;
+    a weighted ``mean`` is the weighted sum divided by the bag length (as the reference).
+    ``pool_parts`` (its ``parts`` trait) pools the per-table inputs a list of
+    ``nn.EmbeddingBag`` takes into their dtype, as the drop-in calls it. The copy costs the
+    float tables' bytes once more (352 MiB for ``paper`` capped at 60,000 rows in fp32)."""
+
+    name: str
+
+    def __init__(self, tables: Tables) -> None:
+        if tables.row_format not in BAG_FORMATS:
+            raise ConfigError(f"bag-concat: reads float rows, not {tables.row_format}")
+        self.name = "bag-concat"
+        self.tables = tables
+        self._weight = torch.cat(tables.weights) if tables.num_tables > 1 else tables.weights[0]
+        self._first = [0, *itertools.accumulate(tables.rows)][:-1]
+
+    def __call__(self, lookup: Lookup) -> torch.Tensor:
+        # [B, T, D] as a view of the table-major bags (float32 rows: no copy; measured ~10% of
+        # the call at mlperf's batch 512); fp16/bf16 rows cast to float32 in one strided pass.
+        pooled = self.pool_lookup(lookup).transpose(0, 1)
+        if pooled.dtype != torch.float32:
+            pooled = pooled.to(torch.float32, memory_format=torch.contiguous_format)
+        return pooled
+
+    def pool_lookup(self, lookup: Lookup) -> torch.Tensor:
+        """``[T, B, D]`` in the rows' dtype: the concatenated ids shifted by their tables' first
+        rows (``shifted_ids``), one ``embedding_bag``."""
+        check_tables_match(self.tables, lookup)
+        b = lookup.batch_size
+        ids = lookup.indices
+        if self.tables.num_tables > 1:
+            starts = lookup.offsets[::b].tolist()  # one host copy: each table's slice of the ids
+            ids = shifted_ids([ids[s:e] for s, e in itertools.pairwise(starts)], self._first)[0]
+        return self._pool(ids, lookup.offsets, lookup.per_sample_weights, b)
+
+    def pool_parts(self, parts: Parts) -> torch.Tensor:
+        """``[T, B, D]`` in the rows' dtype, pooled as ``nn.EmbeddingBag`` pools each table: its
+        ids shifted by its first row and its offsets by its first id, into one buffer each
+        (``shifted_ids``), one ``embedding_bag``; table t's output is a contiguous view
+        ``[t]``. TBE offsets with the end (``include_last_offset``): without it
+        ``embedding_bag`` ran 3% slower."""
+        b, t = parts.batch_size, self.tables.num_tables
+        if len(parts.indices) != t:
+            raise ConfigError(f"indices: {len(parts.indices)} tables' inputs, kernel {t}")
+        ids, offsets = shifted_ids(parts.indices, self._first, parts.offsets, b)
+        assert offsets is not None  # given offsets, shifted_ids returns them
+        psw = parts.per_sample_weights
+        w = None
+        if psw is not None:
+            dev = self._weight.device
+            w = torch.cat(
+                [
+                    x if x is not None else torch.ones(int(i.shape[0]), device=dev)
+                    for x, i in zip(psw, parts.indices, strict=True)
+                ]
+            )
+        return self._pool(ids, offsets, w, b)
+
+    def _pool(
+        self, ids: torch.Tensor, offsets: torch.Tensor, w: torch.Tensor | None, batch: int
+    ) -> torch.Tensor:
+        """``[T, B, D]``: one ``embedding_bag`` over the stacked rows (``ids`` already shifted,
+        ``offsets`` TBE with the end)."""
+        mean = self.tables.pooling == "mean"
+        out = F.embedding_bag(
+            ids,
+            self._weight,
+            offsets,
+            mode="mean" if mean and w is None else "sum",
+            per_sample_weights=None if w is None else w.to(self._weight.dtype),
+            include_last_offset=True,
+        )
+        pooled = out.view(self.tables.num_tables, batch, self.tables.dim)
+        if mean and w is not None:  # the weighted sum over the bag's length, as the reference
+            lengths = (offsets[1:] - offsets[:-1]).clamp(min=1).view(*pooled.shape[:2], 1)
+            pooled = pooled / lengths.to(pooled.dtype)
+        return pooled
