@@ -388,11 +388,13 @@ def auto_kernel(st: Stage, trace: str) -> tuple[Peer, KernelChoice]:
     return Peer("recperf auto kernel", kernel, list(st.lookups), lambda y: y), choice
 
 
-def dropin_auto(st: Stage) -> tuple[list[Peer], Any]:
+def dropin_auto(st: Stage) -> tuple[list[Peer], list[Any]]:
     """``EmbeddingBags(kernel="auto")`` as a user builds it: from the ``nn.EmbeddingBag`` list
     (float rows; fp8 by its ``quantize``) or from TorchRec's quantized collection (int8/int4),
-    called as they are, no autotune cache: the first call (a warm-up) measures. The per-bag and
-    the TBE-layout variants are two modules, each over rows of its own."""
+    called as they are, no autotune cache: the first call (a warm-up) measures, and where
+    kernels came close the next calls confirm the pick (``settle``). The per-bag and the
+    TBE-layout variants are two modules, each over rows of its own; the modules in the order
+    of their variants."""
     from recperf.embed.dropin import EmbeddingBags
     from recperf.embed.dropin_config import DropInConfig
 
@@ -400,7 +402,7 @@ def dropin_auto(st: Stage) -> tuple[list[Peer], Any]:
     b, t, d = st.lookups[0].batch_size, st.tables.num_tables, st.tables.dim
     if st.qebc is not None:
         module = EmbeddingBags.from_torchrec(st.qebc, "auto", config=config)
-        return [_kjt_peer("EmbeddingBags(auto)", module, st.tables, st.lookups)], module
+        return [_kjt_peer("EmbeddingBags(auto)", module, st.tables, st.lookups)], [module]
 
     def build() -> Any:
         if st.fmt == "fp8":
@@ -422,7 +424,22 @@ def dropin_auto(st: Stage) -> tuple[list[Peer], Any]:
     return [
         Peer("EmbeddingBags(auto)", fn, inputs, as_btd),
         Peer(FLAT, flat, given, as_btd),
-    ], module
+    ], [module, flat_module]
+
+
+def settle(peers: Sequence[Peer], modules: Sequence[Any]) -> list[int]:
+    """Each drop-in called on its batches in turn until its first pick is confirmed (its
+    trial over: ``DropInConfig.confirm``), as a model's first batches would; the calls each
+    made. The interleaved timing then measures the kernel each settled on, as the peers are
+    measured after their warm-up."""
+    calls = []
+    for p, module in zip(peers, modules, strict=True):
+        n = 0
+        while module.on_trial:
+            p.fn(p.inputs[n % len(p.inputs)])
+            n += 1
+        calls.append(n)
+    return calls
 
 
 PEERS_BY_FORMAT: dict[str, tuple[str, ...]] = {
@@ -438,11 +455,13 @@ PEERS_BY_FORMAT: dict[str, tuple[str, ...]] = {
 
 @dataclass(frozen=True, slots=True)
 class Built:
-    """A setting's variants, what ``measured_choice`` picked, and the drop-in module."""
+    """A setting's variants, what ``measured_choice`` picked, and the drop-in modules (the
+    per-bag one first) with their variants."""
 
     peers: list[Peer]
     auto: KernelChoice
-    dropin: Any
+    dropins: list[Peer]
+    modules: list[Any]
 
 
 def build_peers(st: Stage, trace: str) -> Built:
@@ -459,13 +478,14 @@ def build_peers(st: Stage, trace: str) -> Built:
         "qebc": lambda: _kjt_peer("torchrec quantized EBC", st.fresh_qebc(), tables, lookups),
     }
     auto, choice = auto_kernel(st, trace)
-    dropin, module = dropin_auto(st)
+    dropin, modules = dropin_auto(st)
     ref = KERNELS.build("torch", None, tables)
     head = [Peer("torch", ref, list(lookups), lambda y: y), auto, *dropin]
     if st.qebc is not None and padded(tables):  # padded rows against an unpadded copy of them
         copied = KERNELS.build("fbgemm-tbe", {"copy_rows": True}, tables)
         head.append(Peer(COPIED, copied, list(lookups), lambda y: y))
-    return Built(head + [make[k]() for k in PEERS_BY_FORMAT[st.fmt]], choice, module)
+    peers = head + [make[k]() for k in PEERS_BY_FORMAT[st.fmt]]
+    return Built(peers, choice, dropin, modules)
 
 
 def padded(tables: Tables) -> bool:
@@ -588,6 +608,7 @@ def peers_setting(
         built = build_peers(st, trace_name)
         peers = built.peers
         errors = check_peers(peers, st.tables, lookups[0])  # the drop-in measures here
+        settled = settle(built.dropins, built.modules)
         n = int(lookups[0].indices.numel())  # the rows at their size, scale and bias included
         nbytes = lookup_bytes(lookups[0], cfg.dim, 1, cfg.num_tables) + n * (
             st.tables.row_bytes - cfg.dim
@@ -599,10 +620,11 @@ def peers_setting(
             "row_stride": st.tables.weights[0].stride(0) * st.tables.weights[0].element_size(),
             "lookups_per_batch": int(lookups[0].indices.numel()), "bytes_per_batch": nbytes,
             "auto_kernel": built.auto.kernel, "auto_note": built.auto.note,
-            "dropin_choice": "; ".join(
-                f"{g['kernel']} ({g['source']}: {g['note']})" for g in built.dropin.describe()
-            ),
+            "dropin_choice": _described(built.modules[0]),
+            "dropin_settle_calls": settled,
         }  # fmt: skip
+        if len(built.modules) > 1:
+            head["dropin_flat_choice"] = _described(built.modules[1])
         if fmt != "fp32":
             head["error_vs_fp32"] = format_error(st)
         out: list[dict[str, Any]] = []
@@ -613,6 +635,10 @@ def peers_setting(
             out.append(row)
             _print_row(row)
     return out
+
+
+def _described(module: Any) -> str:
+    return "; ".join(f"{g['kernel']} ({g['source']}: {g['note']})" for g in module.describe())
 
 
 def _print_row(row: dict[str, Any]) -> None:

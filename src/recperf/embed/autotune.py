@@ -235,15 +235,23 @@ def autotune(
     return result
 
 
-def record_winner(cache: Path, key: str, kernel: str, ms: float, note: str) -> None:
-    """Make ``kernel`` (default options) the cached winner under ``key``, an entry ``autotune``
-    wrote, where a later timing on other roads beat its pick (the drop-in's ``_by_road``);
-    the timed candidates stay, ``note`` says why."""
+def record_winner(
+    cache: Path,
+    key: str,
+    kernel: str,
+    ms: float,
+    note: str,
+    params: Mapping[str, Any] | None = None,
+) -> None:
+    """Make ``kernel`` (with ``params``, default none) the cached winner under ``key``, an entry
+    ``autotune`` wrote, where a later timing beat its pick (the drop-in's ``_by_road``, or its
+    trial on the next batches); the timed candidates stay, ``note`` says why."""
     store = _load(cache)
     entry = store.get(key)
     if not isinstance(entry, dict):
         return
-    store[key] = {**entry, "kernel": kernel, "params": {}, "ms": ms, "note": note}
+    chosen = dict(params or {})
+    store[key] = {**entry, "kernel": kernel, "params": chosen, "ms": ms, "note": note}
     with atomic_path(cache) as tmp:
         tmp.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
 

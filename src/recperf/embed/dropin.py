@@ -39,6 +39,7 @@ from recperf.embed.dropin_inputs import (
     to_parts,
     values_ok,
 )
+from recperf.embed.dropin_trial import TRIAL_LOCK, Trial
 from recperf.embed.kernel_choice import KernelChoice, check_hot_rows
 from recperf.embed.kernels.base import Lookup, PartsKernel, Pooling, Tables
 from recperf.embed.kernels.formats import FLOAT_DTYPES, INTEGER_FORMATS, dim_of, format_of
@@ -111,6 +112,8 @@ class EmbeddingBags(nn.Module):
             self._hot = hot_from_sample(sample, rows, names, config.hot_fraction)
         self._tuned: dict[tuple[int, str], KernelChoice] = {}
         self._groups: list[Group] = []
+        self._trials: list[Trial] = []
+        """``auto``'s first picks on trial, one group at a time (``dropin_trial``)."""
         self._dtypes: list[tuple[torch.dtype, ...]] = []
         self._in_order = False
         self._plain = False
@@ -209,6 +212,7 @@ class EmbeddingBags(nn.Module):
             key = (dim_of(fmt, int(w.shape[1])), fmt, self._tables[slot.table].pooling)
             by_kind.setdefault(key, []).append(s)
         self._groups = []
+        self._trials = []  # a trial's kernels were built over the tables as they were
         for g, ((_, fmt, pooling), members) in enumerate(by_kind.items()):
             table_of = [self._slots[s].table for s in members]
             tables = Tables(
@@ -270,13 +274,20 @@ class EmbeddingBags(nn.Module):
         return self
 
     @property
+    def on_trial(self) -> bool:
+        """Whether ``auto``'s first pick is still being confirmed on the next forwards
+        (``DropInConfig.confirm``)."""
+        return bool(self._trials)
+
+    @property
     def choices(self) -> tuple[KernelChoice, ...]:
         """Per group of tables, the kernel it runs and why (see ``describe``)."""
         return tuple(g.choice for g in self._groups)
 
     def describe(self) -> list[dict[str, Any]]:
         """Per group: its inputs, width, dtype, row format, pooling, kernel, options, source and
-        note."""
+        note (a kernel on trial says so first)."""
+        trials = {t.group: t.status() for t in self._trials}
         return [
             {
                 "inputs": [self._slots[s].feature for s in g.slots],
@@ -288,10 +299,10 @@ class EmbeddingBags(nn.Module):
                 "params": dict(g.choice.params),
                 "source": g.choice.source,
                 "note": "; ".join(
-                    n for n in (g.choice.note, getattr(g.kernel, "layout_note", "")) if n
+                    n for n in (trials.get(i, ""), g.choice.note, layout_note(g.kernel)) if n
                 ),
             }
-            for g in self._groups
+            for i, g in enumerate(self._groups)
         ]
 
     def extra_repr(self) -> str:
@@ -315,6 +326,34 @@ class EmbeddingBags(nn.Module):
         is the ``KeyedJaggedTensor``; returns a ``KeyedTensor``."""
         if self.training and torch.is_grad_enabled():
             raise ConfigError(TRAIN_REFUSED)
+        if self._trials:  # auto's first pick on trial against close rivals (dropin_trial)
+            return self._trial_forward(indices, offsets, per_sample_weights)
+        return self._forward(indices, offsets, per_sample_weights)
+
+    def _trial_forward(self, indices: Any, offsets: Any, per_sample_weights: Any) -> Any:
+        """One forward of a trial, timed, with the next kernel on trial; the trial's verdict
+        runs once each of its kernels ran ``config.confirm`` forwards."""
+
+        def call() -> Any:
+            return self._forward(indices, offsets, per_sample_weights)
+
+        with TRIAL_LOCK:
+            if not self._trials:  # another thread's forward ended the trial
+                return call()
+            trial = self._trials[0]
+            group = self._groups[trial.group]
+            out = trial.time(group, call)
+            if trial.done:
+                self._trials.pop(0)
+                self._tuned[(trial.group, _where(group.tables))] = trial.finish(group, self.config)
+        return out
+
+    def _forward(
+        self,
+        indices: Any,
+        offsets: Sequence[torch.Tensor | None] | None,
+        per_sample_weights: Sequence[torch.Tensor | None] | None,
+    ) -> Any:
         if isinstance(indices, torch.Tensor) and not self.torchrec:
             return self._forward_flat(indices, offsets, per_sample_weights)
         group = self._groups[0]
@@ -378,7 +417,7 @@ class EmbeddingBags(nn.Module):
                     return list(cast(PartsKernel, group.kernel).pool_lookup(lookup).unbind(0))
         ids, offs, starts = self._cut(lookup)
         psw = None if weights is None else [weights[s:e] for s, e in itertools.pairwise(starts)]
-        return self.forward(ids, offs, psw)
+        return self._forward(ids, offs, psw)
 
     def _cut(self, lookup: Lookup) -> tuple[list[torch.Tensor], list[torch.Tensor], list[int]]:
         """A TBE-layout batch as each input's ids and offsets (views; ends where its bag has
@@ -456,8 +495,11 @@ class EmbeddingBags(nn.Module):
                 given = to_parts(parts, group.slots, batch)
                 dtypes = self._dtypes[g]
                 dtype = dtypes[0] if len(dtypes) == 1 else None
-                measure(group, lookup, self.config, given, dtype, flat=flat)
+                roads = measure(group, lookup, self.config, given, dtype, flat=flat)
                 self._tuned[(g, _where(group.tables))] = group.choice
+                trial = Trial.of(g, roads, self.config.confirm)
+                if trial is not None:
+                    self._trials.append(trial)
 
     def _pool(self, parts: list[Part], batch: int) -> list[torch.Tensor]:
         """Per group, its slots pooled: ``[T_group, B, D]`` in the rows' dtype where its kernel
@@ -580,6 +622,11 @@ class EmbeddingBags(nn.Module):
         out = EmbeddingBags(source, config=config, options=options, hot_rows=self._hot)
         out.quantization = report
         return out
+
+
+def layout_note(kernel: object) -> str:
+    """What a kernel says of the rows' layout it reads (padded int rows), or ""."""
+    return str(getattr(kernel, "layout_note", ""))
 
 
 def _where(tables: Tables) -> str:

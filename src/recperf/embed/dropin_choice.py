@@ -127,6 +127,16 @@ def _remaps(kernel: str) -> bool:
         return False
 
 
+@dataclass(frozen=True, slots=True)
+class Road:
+    """A kernel as the first forward timed it on the road the drop-in runs it."""
+
+    choice: KernelChoice
+    kernel: EmbeddingKernel
+    ms: float
+    """Its ms per batch there (the fastest of ``MEASURE_REPS`` rounds; NaN: not timed)."""
+
+
 def measure(
     group: Group,
     lookup: Lookup,
@@ -134,12 +144,13 @@ def measure(
     parts: Parts | None = None,
     out_dtype: torch.dtype | None = None,
     flat: bool = False,
-) -> None:
+) -> list[Road]:
     """A pending group's kernels timed on ``lookup`` (``measured_choice``, which caches the
     winner), the winner built to run from now on. Given the same batch as ``parts`` and the
     dtype the drop-in returns, the winner is then timed against every kernel that pools
     per-table inputs, on the roads the drop-in runs them (``_by_road``; ``flat``: the batch
-    came in the TBE layout, and so will the next)."""
+    came in the TBE layout, and so will the next), and the fastest there runs. Returns every
+    road timed, fastest first (the one running, untimed, where none was)."""
     choice = measured_choice(
         group.tables,
         [lookup],
@@ -149,12 +160,15 @@ def measure(
         reps=MEASURE_REPS,
     )
     choice, kernel = build_choice(choice, group.tables, group.hot_rows)
+    roads = [Road(choice, kernel, float("nan"))]
     if parts is not None and out_dtype is not None and choice.source == "measured":
-        road, kernel, ms = _by_road(group, choice, kernel, lookup, parts, out_dtype, flat)
-        if road.kernel != choice.kernel and config.cache is not None and choice.cache_key:
-            record_winner(config.cache, choice.cache_key, road.kernel, ms, road.note)
-        choice = road
-    group.run(choice, kernel)
+        roads = _by_road(group, choice, kernel, lookup, parts, out_dtype, flat)
+        best = roads[0]
+        if best.choice.kernel != choice.kernel and config.cache is not None and choice.cache_key:
+            record_winner(config.cache, choice.cache_key, best.choice.kernel, best.ms,
+                          best.choice.note, best.choice.params)  # fmt: skip
+    group.run(roads[0].choice, roads[0].kernel)
+    return roads
 
 
 def _by_road(
@@ -165,22 +179,22 @@ def _by_road(
     parts: Parts,
     out_dtype: torch.dtype,
     flat: bool = False,
-) -> tuple[KernelChoice, EmbeddingKernel, float]:
-    """The measured winner, or the kernel that pools per-table inputs fastest on the
-    drop-in's roads where it beats the winner there: a winner that pools parts on the inputs
-    as given, any other on the TBE ``Lookup``, its ``[B, T, D]`` float32 then made
-    table-major in ``out_dtype`` (what the drop-in does with it); each rival that pools
-    parts on the inputs as given, in the rows' dtype, cast only where that is not
-    ``out_dtype``. ``measured_choice`` times kernels on the ``Lookup`` only, where one that
-    pools fp16/bf16 rows casts them to float32, a pass the drop-in never makes: under that
-    bias it picked ``fbgemm-tbe`` for fp16 rows, 0.5x the fastest peer on ``mlperf`` (issue 27).
-    With ``flat`` (the batch comes in the TBE layout) a kernel that pools parts runs
-    ``pool_lookup`` on it instead: the roads ``forward`` takes then. Also the ms per batch of
-    the kernel returned, on its road."""
+) -> list[Road]:
+    """The measured winner and every kernel that pools per-table inputs, timed on the
+    drop-in's roads, fastest first: a winner that pools parts on the inputs as given, any
+    other on the TBE ``Lookup``, its ``[B, T, D]`` float32 then made table-major in
+    ``out_dtype`` (what the drop-in does with it); each rival that pools parts on the inputs
+    as given, in the rows' dtype, cast only where that is not ``out_dtype``.
+    ``measured_choice`` times kernels on the ``Lookup`` only, where one that pools fp16/bf16
+    rows casts them to float32, a pass the drop-in never makes: under that bias it picked
+    ``fbgemm-tbe`` for fp16 rows, 0.5x the fastest peer on ``mlperf`` (issue 27). With
+    ``flat`` (the batch comes in the TBE layout) a kernel that pools parts runs
+    ``pool_lookup`` on it instead: the roads ``forward`` takes then. A rival ahead of the
+    winner says so in its note."""
     tables = group.tables
     rivals = _parts_rivals(choice.kernel, tables, lookup, parts, kernel)
     if not rivals:
-        return choice, kernel, float("nan")
+        return [Road(choice, kernel, float("nan"))]
     if isinstance(kernel, PartsKernel) and takes_parts(choice.kernel, kernel):
         first = _parts_road(kernel, parts, lookup if flat else None, out_dtype)
     else:
@@ -192,21 +206,28 @@ def _by_road(
         for k in (j % len(roads) for j in range(i, i + len(roads))):
             t = time_calls(roads[k], [None], 1, tables.device, warmup=0)[0]
             best[k] = min(best[k], t) if i else best[k]  # round 0 warms up
-    k = min(range(len(roads)), key=best.__getitem__)
-    if k == 0:
-        return choice, kernel, best[0] * 1e3
-    name, rival = rivals[k - 1]
-    others = "; ".join(f"{n} {b * 1e3:.3f} ms" for (n, _), b in zip(rivals, best[1:], strict=True)
-                       if n != name)  # fmt: skip
-    note = (
-        f"{name} {best[k] * 1e3:.3f} ms per batch on the inputs as given"
-        + (" (the TBE layout), " if flat else ", ")
-        + f"{choice.kernel} {best[0] * 1e3:.3f} ms on its road"
-        + (f", {others}" if others else "")
-        + f" (the fastest of {MEASURE_REPS} interleaved rounds); on the TBE layout "
-        f"alone: {choice.note}"
-    )
-    return KernelChoice(kernel=name, source="measured", note=note), rival, best[k] * 1e3
+    ms = [b * 1e3 for b in best]
+    names = [choice.kernel] + [n for n, _ in rivals]
+    order = sorted(range(len(roads)), key=ms.__getitem__)
+    out = []
+    for k in order:
+        if k == 0:
+            out.append(Road(choice, kernel, ms[0]))
+            continue
+        others = "; ".join(f"{n} {m:.3f} ms" for n, m in zip(names[1:], ms[1:], strict=True)
+                           if n != names[k])  # fmt: skip
+        note = (
+            f"{names[k]} {ms[k]:.3f} ms per batch on the inputs as given"
+            + (" (the TBE layout), " if flat else ", ")
+            + f"{choice.kernel} {ms[0]:.3f} ms on its road"
+            + (f", {others}" if others else "")
+            + f" (the fastest of {MEASURE_REPS} interleaved rounds); on the TBE layout "
+            f"alone: {choice.note}"
+        )
+        road = KernelChoice(kernel=names[k], source="measured", note=note,
+                            cache_key=choice.cache_key)  # fmt: skip
+        out.append(Road(road, rivals[k - 1][1], ms[k]))
+    return out
 
 
 def _parts_rivals(

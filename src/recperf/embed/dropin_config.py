@@ -40,6 +40,12 @@ class DropInConfig:
     """For ``auto`` with no cached winner: time every kernel that reads the rows natively here
     (``kernel_choice.measured_choice``) on the first forward's input, cache the winner and run
     it from then on. Off: the reference runs, and ``describe()`` says why."""
+    confirm: int = 3
+    """For ``auto`` measuring on the first forward: where other kernels came within 30% of
+    that batch's winner, the next forwards run each of them (up to 3) in turn on the batches
+    given, ``confirm`` forwards each, and the fastest median runs from then on (and is
+    cached): one batch timed a few times, its rows warm, can rank kernels otherwise than
+    batches in use do (``dropin_trial``). 0: the first forward's winner stays."""
     cache: Path | None = AUTOTUNE_CACHE
     """The autotune cache ``auto`` reads and ``tune`` and ``measure`` write (None: none)."""
     batch_size: int | None = None
@@ -57,6 +63,9 @@ class DropInConfig:
         if not isinstance(self.kernel, str) or not self.kernel:
             raise ConfigError(f"kernel: expected a kernel name or 'auto', got {self.kernel!r}")
         check_range("hot_fraction", self.hot_fraction, 0.0, 1.0, lo_open=True)
+        if isinstance(self.confirm, bool) or not isinstance(self.confirm, int):
+            raise ConfigError(f"confirm: expected a whole number of forwards, got {self.confirm!r}")
+        check_range("confirm", self.confirm, 0, None)
         if self.batch_size is not None:
             check_range("batch_size", self.batch_size, 1, None)
 

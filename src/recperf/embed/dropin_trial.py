@@ -1,0 +1,109 @@
+"""``auto``'s first-forward pick, confirmed on the module's next real batches.
+
+The first forward times the kernels on its one batch, a few rounds each: after the first round
+that batch's rows are warm in the caches, while in use every batch brings rows of its own from
+memory, and the order can change. On ``paper`` fp32 with per-bag inputs, ``bag-list`` won that
+timing by 4% and then ran 8% slower than ``bag-concat`` on rotating batches; on ``mlperf`` fp16,
+uniform ids, 20% slower (issue 27). Where other kernels came within ``TRIAL_MARGIN`` of the first
+winner on the drop-in's roads, the next forwards run them in turn on the batches the caller
+sends, each forward timed whole, ``DropInConfig.confirm`` forwards each; the kernel with the
+fastest median then runs from on, and the autotune cache holds it. The trial costs no extra
+work: every forward pools its batch, only with a kernel that may be slower."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from recperf.embed.autotune import record_winner
+from recperf.embed.dropin_choice import Group, Road
+from recperf.embed.dropin_config import DropInConfig
+from recperf.embed.kernel_choice import KernelChoice
+from recperf.embed.timing import synchronize
+
+TRIAL_MARGIN = 0.3
+"""How close (relative) to the first forward's winner a kernel must come on its road there to
+be tried on the next batches."""
+TRIAL_MAX = 3
+"""The most kernels a trial runs (the first winner and the fastest others)."""
+_clock = time.perf_counter
+TRIAL_LOCK = threading.Lock()
+"""Trial forwards run one at a time (each swaps its group's kernel), in any module: a lock held
+by the module would not survive ``copy.deepcopy``."""
+
+
+@dataclass(slots=True)
+class Trial:
+    """One group's kernels tried in turn on real forwards (``roads``: the first winner first)."""
+
+    group: int
+    """The group's index in its module."""
+    roads: tuple[Road, ...]
+    rounds: int
+    """Forwards per kernel."""
+    seconds: list[list[float]] = field(default_factory=list)
+    """Per kernel, its forwards' seconds."""
+
+    @classmethod
+    def of(cls, group: int, roads: Sequence[Road], rounds: int) -> Trial | None:
+        """The trial of the roads within ``TRIAL_MARGIN`` of the fastest (at most
+        ``TRIAL_MAX``), or None where there is nothing to try (one kernel, none timed, or
+        ``rounds`` 0)."""
+        top = [r for r in roads if r.ms <= roads[0].ms * (1 + TRIAL_MARGIN)][:TRIAL_MAX]
+        if rounds < 1 or len(top) < 2:  # an untimed road (NaN) is never within the margin
+            return None
+        return cls(group, tuple(top), rounds, [[] for _ in top])
+
+    @property
+    def calls(self) -> int:
+        return sum(len(s) for s in self.seconds)
+
+    @property
+    def done(self) -> bool:
+        return self.calls >= self.rounds * len(self.roads)
+
+    def time(self, group: Group, call: Callable[[], Any]) -> Any:
+        """``call`` (one forward) with the next kernel in turn running in ``group``, timed
+        whole (on a GPU, from a synchronised start to its outputs' end)."""
+        k = self.calls % len(self.roads)
+        road = self.roads[k]
+        group.run(road.choice, road.kernel)
+        device = group.tables.device
+        synchronize(device)
+        t0 = _clock()
+        out = call()
+        synchronize(device)
+        self.seconds[k].append(_clock() - t0)
+        return out
+
+    def status(self) -> str:
+        """What is on trial and how far it got, for ``describe``."""
+        names = ", ".join(r.choice.kernel for r in self.roads)
+        total = self.rounds * len(self.roads)
+        return f"on trial with {names} over real forwards ({self.calls} of {total} run)"
+
+    def finish(self, group: Group, config: DropInConfig) -> KernelChoice:
+        """The kernel with the fastest median forward, run in ``group`` from now on and made
+        the autotune cache's winner (where the first forward cached one); its note says what
+        each kernel took."""
+        medians = [statistics.median(s) * 1e3 for s in self.seconds]
+        k = min(range(len(medians)), key=medians.__getitem__)
+        ranked = sorted(zip(self.roads, medians, strict=True), key=lambda rm: rm[1])
+        listing = ", ".join(f"{r.choice.kernel} {ms:.3f} ms" for r, ms in ranked)
+        first = self.roads[0].choice
+        note = (
+            f"confirmed on the {self.calls} forwards after the first ({self.rounds} each, "
+            f"medians): {listing}; on the first forward's batch {first.kernel} won: {first.note}"
+        )
+        road = self.roads[k]
+        choice = replace(road.choice, note=note)
+        group.run(choice, road.kernel)
+        if config.cache is not None and choice.cache_key:
+            record_winner(
+                config.cache, choice.cache_key, choice.kernel, medians[k], note, choice.params
+            )
+        return choice

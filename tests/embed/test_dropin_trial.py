@@ -1,0 +1,176 @@
+"""``auto``'s first-forward pick, confirmed on the next real forwards (``dropin_trial``): which
+kernels go on trial, that each runs its share of real batches with right outputs, that the
+fastest median wins and is cached, and that the trial can be turned off or ends with a
+rebuild."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from recperf.core.errors import ConfigError
+from recperf.embed import DropInConfig, EmbeddingBags, dropin_choice, dropin_trial
+from recperf.embed.dropin_choice import Road
+from recperf.embed.dropin_trial import TRIAL_MARGIN, Trial
+from recperf.embed.kernel_choice import KernelChoice
+
+
+def _bags() -> list[nn.EmbeddingBag]:
+    torch.manual_seed(3)
+    return [nn.EmbeddingBag(r, 4, mode="sum", include_last_offset=True) for r in (11, 6, 9)]
+
+
+def _batch(bags: list[nn.EmbeddingBag], seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    ids, offs = [], []
+    for bag in bags:
+        lengths = torch.randint(0, 4, (5,), generator=g)
+        ids.append(torch.randint(0, bag.num_embeddings, (int(lengths.sum()),), generator=g))
+        offs.append(torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)]))
+    return ids, offs
+
+
+def _road(kernel: str, ms: float) -> Road:
+    return Road(KernelChoice(kernel=kernel, source="measured"), object(), ms)  # type: ignore[arg-type]
+
+
+def test_a_trial_takes_the_roads_within_the_margin_at_most_three() -> None:
+    near = 1 + TRIAL_MARGIN * 0.9
+    roads = [_road("a", 1.0), _road("b", near), _road("c", 1.05), _road("d", 1.1)]
+    trial = Trial.of(0, roads, rounds=2)
+    assert trial is not None and [r.choice.kernel for r in trial.roads] == ["a", "b", "c"]
+    far = [_road("a", 1.0), _road("b", 1 + TRIAL_MARGIN * 1.1)]
+    assert Trial.of(0, far, rounds=2) is None
+    assert Trial.of(0, roads, rounds=0) is None
+    assert Trial.of(0, [_road("a", float("nan"))], rounds=3) is None  # nothing timed
+
+
+def test_auto_confirms_its_first_pick_on_the_next_forwards_and_caches_the_verdict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The first forward ranks torch, bag-concat, bag-list (all within the margin); on the real
+    forwards after it bag-list is fastest, so bag-list runs from then on, the note gives every
+    kernel's median, and a new module finds bag-list in the cache."""
+    real = dropin_choice.measured_choice
+    monkeypatch.setattr(
+        dropin_choice, "measured_choice", lambda *a, **k: replace(real(*a, **k), kernel="torch")
+    )
+    first = iter(itertools.cycle([1e-3, 1.1e-3, 1.2e-3]))  # torch, bag-concat, bag-list
+
+    def timed(
+        fn: object, inputs: list[object], reps: int, device: object, warmup: int
+    ) -> list[float]:
+        fn(inputs[0])  # type: ignore[operator]
+        return [next(first)]
+
+    monkeypatch.setattr(dropin_choice, "time_calls", timed)
+    trial_ms = {"torch": 3.0, "bag-concat": 2.0, "bag-list": 1.0}
+    now = [0.0]
+    bags = _bags()
+    cache = tmp_path / "tune.json"
+    module = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=cache,
+                                                                confirm=2))  # fmt: skip
+
+    reads = itertools.count()
+
+    def clock() -> float:  # each forward (start read, end read) lasts its kernel's entry
+        trial = module._trials[0]
+        k = trial.calls % len(trial.roads)
+        if next(reads) % 2:
+            now[0] += trial_ms[trial.roads[k].choice.kernel] * 1e-3
+        return now[0]
+
+    monkeypatch.setattr(dropin_trial, "_clock", clock)
+    ran = []
+    for seed in range(8):
+        ids, offs = _batch(bags, seed)
+        got = module(ids, offs)
+        ran.append(module.choices[0].kernel)
+        with torch.no_grad():
+            for a, bag, i, o in zip(got, bags, ids, offs, strict=True):
+                torch.testing.assert_close(a, bag(i, o))
+        if seed == 1:
+            assert "on trial with torch, bag-concat, bag-list" in module.describe()[0]["note"]
+    assert ran == ["torch", "torch", "bag-concat", "bag-list", "torch", "bag-concat",
+                   "bag-list", "bag-list"]  # fmt: skip
+    (choice,) = module.choices
+    assert choice.kernel == "bag-list" and not module.on_trial
+    want = "confirmed on the 6 forwards after the first (2 each, medians): bag-list 1.000 ms, "
+    assert want + "bag-concat 2.000 ms, torch 3.000 ms" in choice.note
+    assert "on the first forward's batch torch won" in choice.note
+    (entry,) = json.loads(cache.read_text()).values()
+    assert entry["kernel"] == "bag-list" and entry["ms"] == pytest.approx(1.0)
+    again = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=cache))
+    assert (again.choices[0].kernel, again.choices[0].source) == ("bag-list", "autotune cache")
+
+
+def test_confirm_zero_keeps_the_first_pick_and_a_rebuild_ends_a_trial(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = iter(itertools.cycle([1e-3, 1.1e-3, 1.2e-3]))
+
+    def timed(
+        fn: object, inputs: list[object], reps: int, device: object, warmup: int
+    ) -> list[float]:
+        fn(inputs[0])  # type: ignore[operator]
+        return [next(first)]
+
+    monkeypatch.setattr(dropin_choice, "time_calls", timed)
+    winner = KernelChoice(kernel="torch", source="measured", note="torch first")
+    monkeypatch.setattr(dropin_choice, "measured_choice", lambda *a, **k: winner)
+    bags = _bags()
+    for confirm in (0, 3):
+        module = EmbeddingBags.from_torch(
+            bags, "auto", config=DropInConfig(kernel="auto", cache=None, confirm=confirm)
+        )
+        module(*_batch(bags, 0))
+        assert module.on_trial == bool(confirm)
+        module(*_batch(bags, 1))
+    module.rebuild()  # mid-trial: the first forward's winner runs, untried further
+    assert not module.on_trial and module.choices[0].kernel == "torch"
+
+
+@pytest.mark.parametrize("confirm", [-1, 1.5, True, "2"])
+def test_confirm_must_be_a_whole_number_of_forwards(confirm: object) -> None:
+    with pytest.raises(ConfigError, match="confirm"):
+        DropInConfig(kernel="auto", confirm=confirm)  # type: ignore[arg-type]
+
+
+def test_forwards_from_several_threads_during_a_trial_pool_right(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    winner = KernelChoice(kernel="torch", source="measured", note="torch first")
+    monkeypatch.setattr(dropin_choice, "measured_choice", lambda *a, **k: winner)
+    monkeypatch.setattr(dropin_choice, "time_calls", lambda fn, inputs, *a, **k: [1e-3])
+    bags = _bags()
+    module = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=None,
+                                                                confirm=4))  # fmt: skip
+    module(*_batch(bags, 0))
+    assert module.on_trial
+    batches = [_batch(bags, s) for s in range(24)]
+    errors: list[BaseException] = []
+
+    def work(part: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> None:
+        try:
+            for ids, offs in part:
+                got = module(ids, offs)
+                with torch.no_grad():
+                    for a, bag, i, o in zip(got, bags, ids, offs, strict=True):
+                        torch.testing.assert_close(a, bag(i, o))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(batches[k::3],)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and not module.on_trial
+    assert "confirmed on the 12 forwards after the first" in module.choices[0].note
