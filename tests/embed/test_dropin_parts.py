@@ -242,8 +242,8 @@ def test_auto_times_a_winner_on_the_tbe_layout_against_parts_kernels_on_the_drop
     timed_flat = 2 * (dropin_choice.MEASURE_REPS + 1)  # the two parts kernels' roads
     assert len(lookups) == (timed_flat + (want != "torch") if flat else 0)
     if want != "torch":
-        layout = " (the TBE layout), " if flat else ", "
-        assert f"on the inputs as given{layout}torch " in choice.note
+        layout = " (the inputs in the TBE layout), " if flat else ", "
+        assert f"on the drop-in's road{layout}torch " in choice.note
         assert "alone: torch 1.000 ms" in choice.note
     with torch.no_grad():
         for a, bag, i, o in zip(got, bags, ids, offs, strict=True):

@@ -18,7 +18,7 @@ from torch import nn
 from recperf.core.errors import ConfigError
 from recperf.embed import DropInConfig, EmbeddingBags, dropin_choice, dropin_trial
 from recperf.embed.dropin_choice import Road
-from recperf.embed.dropin_trial import TRIAL_MARGIN, Trial
+from recperf.embed.dropin_trial import TRIAL_MARGIN, TRIAL_MAX, Trial
 from recperf.embed.kernel_choice import KernelChoice
 
 
@@ -41,11 +41,12 @@ def _road(kernel: str, ms: float) -> Road:
     return Road(KernelChoice(kernel=kernel, source="measured"), object(), ms)  # type: ignore[arg-type]
 
 
-def test_a_trial_takes_the_roads_within_the_margin_at_most_three() -> None:
+def test_a_trial_takes_the_roads_within_the_margin_at_most_trial_max() -> None:
     near = 1 + TRIAL_MARGIN * 0.9
-    roads = [_road("a", 1.0), _road("b", near), _road("c", 1.05), _road("d", 1.1)]
+    names = "abcdefg"[: TRIAL_MAX + 1]
+    roads = [_road("a", 1.0), _road("b", near)] + [_road(n, 1.05) for n in names[2:]]
     trial = Trial.of(0, roads, rounds=2)
-    assert trial is not None and [r.choice.kernel for r in trial.roads] == ["a", "b", "c"]
+    assert trial is not None and [r.choice.kernel for r in trial.roads] == list(names[:-1])
     far = [_road("a", 1.0), _road("b", 1 + TRIAL_MARGIN * 1.1)]
     assert Trial.of(0, far, rounds=2) is None
     assert Trial.of(0, roads, rounds=0) is None
@@ -59,8 +60,10 @@ def test_auto_confirms_its_first_pick_on_the_next_forwards_and_caches_the_verdic
     forwards after it bag-list is fastest, so bag-list runs from then on, the note gives every
     kernel's median, and a new module finds bag-list in the cache."""
     real = dropin_choice.measured_choice
-    monkeypatch.setattr(
-        dropin_choice, "measured_choice", lambda *a, **k: replace(real(*a, **k), kernel="torch")
+    monkeypatch.setattr(  # torch first, and no other kernel that pools no parts
+        dropin_choice,
+        "measured_choice",
+        lambda *a, **k: replace(real(*a, **k), kernel="torch", timed=()),
     )
     first = iter(itertools.cycle([1e-3, 1.1e-3, 1.2e-3]))  # torch, bag-concat, bag-list
 
@@ -135,6 +138,34 @@ def test_confirm_zero_keeps_the_first_pick_and_a_rebuild_ends_a_trial(
         module(*_batch(bags, 1))
     module.rebuild()  # mid-trial: the first forward's winner runs, untried further
     assert not module.on_trial and module.choices[0].kernel == "torch"
+
+
+def test_every_kernel_measured_goes_on_the_roads_and_on_trial(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Besides the kernels that pool parts, every other kernel ``measured_choice`` timed (the
+    reference, FBGEMM's TBE) is timed on the drop-in's road and, as close, tried."""
+    real = dropin_choice.measured_choice
+    timed: list[str] = []
+
+    def measured(*a: object, **k: object) -> KernelChoice:
+        choice = real(*a, **k)  # type: ignore[arg-type]
+        timed.extend(t.kernel for t in choice.timed)
+        return replace(choice, kernel="bag-list")
+
+    monkeypatch.setattr(dropin_choice, "measured_choice", measured)
+    monkeypatch.setattr(dropin_choice, "time_calls", lambda fn, inputs, *a, **k: [1e-3])
+    bags = _bags()
+    module = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=None))
+    ids, offs = _batch(bags, 0)
+    got = module(ids, offs)
+    with torch.no_grad():
+        for a, bag, i, o in zip(got, bags, ids, offs, strict=True):
+            torch.testing.assert_close(a, bag(i, o))
+    assert {"torch", "bag-list", "bag-concat"} <= set(timed)
+    (trial,) = module._trials
+    assert trial.roads[0].choice.kernel == "bag-list" and len(timed) <= TRIAL_MAX
+    assert {r.choice.kernel for r in trial.roads} == set(timed)
 
 
 @pytest.mark.parametrize("confirm", [-1, 1.5, True, "2"])

@@ -18,6 +18,7 @@ from recperf.embed.kernel_choice import (
     AUTO,
     REFERENCE,
     KernelChoice,
+    Timed,
     build,
     build_choice,
     cached_winner,
@@ -180,53 +181,59 @@ def _by_road(
     out_dtype: torch.dtype,
     flat: bool = False,
 ) -> list[Road]:
-    """The measured winner and every kernel that pools per-table inputs, timed on the
-    drop-in's roads, fastest first: a winner that pools parts on the inputs as given, any
-    other on the TBE ``Lookup``, its ``[B, T, D]`` float32 then made table-major in
-    ``out_dtype`` (what the drop-in does with it); each rival that pools parts on the inputs
-    as given, in the rows' dtype, cast only where that is not ``out_dtype``.
+    """The measured winner and its rivals, timed on the drop-in's roads, fastest first: every
+    kernel that pools per-table inputs, on the inputs as given, in the rows' dtype, cast only
+    where that is not ``out_dtype`` (``flat``: the batch comes in the TBE layout, and such a
+    kernel runs ``pool_lookup`` on it, the road ``forward`` takes then); every other kernel
+    ``measured_choice`` timed (``_whole_rivals``), on the TBE ``Lookup``, its ``[B, T, D]``
+    float32 then made table-major in ``out_dtype`` (what the drop-in does with it).
     ``measured_choice`` times kernels on the ``Lookup`` only, where one that pools fp16/bf16
     rows casts them to float32, a pass the drop-in never makes: under that bias it picked
-    ``fbgemm-tbe`` for fp16 rows, 0.5x the fastest peer on ``mlperf`` (issue 27). With
-    ``flat`` (the batch comes in the TBE layout) a kernel that pools parts runs
-    ``pool_lookup`` on it instead: the roads ``forward`` takes then. A rival ahead of the
-    winner says so in its note."""
-    tables = group.tables
-    rivals = _parts_rivals(choice.kernel, tables, lookup, parts, kernel)
-    if not rivals:
-        return [Road(choice, kernel, float("nan"))]
-    if isinstance(kernel, PartsKernel) and takes_parts(choice.kernel, kernel):
-        first = _parts_road(kernel, parts, lookup if flat else None, out_dtype)
-    else:
-        first = lambda _: kernel(lookup).transpose(0, 1).to(out_dtype).contiguous()  # noqa: E731
+    ``fbgemm-tbe`` for fp16 rows, 0.5x the fastest peer on ``mlperf`` (issue 27). A rival
+    ahead of the winner says so in its note."""
     given = lookup if flat else None
-    roads = [first] + [_parts_road(r, parts, given, out_dtype) for _, r in rivals]
-    best = [float("inf")] * len(roads)
+
+    def whole_road(k: EmbeddingKernel) -> Callable[[object], torch.Tensor]:
+        return lambda _: k(lookup).transpose(0, 1).to(out_dtype).contiguous()
+
+    if isinstance(kernel, PartsKernel) and takes_parts(choice.kernel, kernel):
+        first = _parts_road(kernel, parts, given, out_dtype)
+    else:
+        first = whole_road(kernel)
+    entries: list[tuple[str, Mapping[str, Any], EmbeddingKernel, Callable[[object], Any]]] = [
+        (choice.kernel, choice.params, kernel, first)
+    ]
+    for name, rival in _parts_rivals(choice.kernel, group.tables, lookup, parts, kernel):
+        entries.append((name, {}, rival, _parts_road(rival, parts, given, out_dtype)))
+    for timed, rival in _whole_rivals(choice, group, lookup, kernel):
+        entries.append((timed.kernel, timed.params, rival, whole_road(rival)))
+    if len(entries) == 1:
+        return [Road(choice, kernel, float("nan"))]
+    best = [float("inf")] * len(entries)
     for i in range(MEASURE_REPS + 1):  # interleaved, the first of a round rotating
-        for k in (j % len(roads) for j in range(i, i + len(roads))):
-            t = time_calls(roads[k], [None], 1, tables.device, warmup=0)[0]
+        for k in (j % len(entries) for j in range(i, i + len(entries))):
+            t = time_calls(entries[k][3], [None], 1, group.tables.device, warmup=0)[0]
             best[k] = min(best[k], t) if i else best[k]  # round 0 warms up
     ms = [b * 1e3 for b in best]
-    names = [choice.kernel] + [n for n, _ in rivals]
-    order = sorted(range(len(roads)), key=ms.__getitem__)
     out = []
-    for k in order:
+    for k in sorted(range(len(entries)), key=ms.__getitem__):
+        name, params, rival, _ = entries[k]
         if k == 0:
             out.append(Road(choice, kernel, ms[0]))
             continue
-        others = "; ".join(f"{n} {m:.3f} ms" for n, m in zip(names[1:], ms[1:], strict=True)
-                           if n != names[k])  # fmt: skip
+        others = "; ".join(f"{e[0]} {m:.3f} ms" for e, m in zip(entries[1:], ms[1:], strict=True)
+                           if e[0] != name)  # fmt: skip
         note = (
-            f"{names[k]} {ms[k]:.3f} ms per batch on the inputs as given"
-            + (" (the TBE layout), " if flat else ", ")
+            f"{name} {ms[k]:.3f} ms per batch on the drop-in's road"
+            + (" (the inputs in the TBE layout), " if flat else ", ")
             + f"{choice.kernel} {ms[0]:.3f} ms on its road"
             + (f", {others}" if others else "")
             + f" (the fastest of {MEASURE_REPS} interleaved rounds); on the TBE layout "
             f"alone: {choice.note}"
         )
-        road = KernelChoice(kernel=names[k], source="measured", note=note,
+        road = KernelChoice(kernel=name, params=params, source="measured", note=note,
                             cache_key=choice.cache_key)  # fmt: skip
-        out.append(Road(road, rivals[k - 1][1], ms[k]))
+        out.append(Road(road, rival, ms[k]))
     return out
 
 
@@ -247,6 +254,26 @@ def _parts_rivals(
         got = rival.pool_parts(parts).float()
         if torch.allclose(got, want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)):
             out.append((n, rival))
+    return out
+
+
+def _whole_rivals(
+    choice: KernelChoice, group: Group, lookup: Lookup, kernel: EmbeddingKernel
+) -> list[tuple[Timed, EmbeddingKernel]]:
+    """Every other kernel ``measured_choice`` timed that pools no per-table inputs (FBGEMM's
+    TBE, the reference; with hot rows the kernels that remap them), built as it was timed and
+    checked to pool what the winner pools: on the first batch's warm rows it may have lost
+    by little, and it runs on the TBE layout as it was timed."""
+    want = kernel(lookup)
+    tol = max(RTOL[group.tables.row_format], 1e-5)
+    out = []
+    for t in choice.timed:
+        if t.kernel == choice.kernel or kernel_traits(t.kernel).parts:
+            continue
+        rival = build(KernelChoice(kernel=t.kernel, params=t.params), group.tables, group.hot_rows)
+        got = rival(lookup)
+        if torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max() + 1)):
+            out.append((t, rival))
     return out
 
 

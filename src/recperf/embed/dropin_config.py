@@ -41,8 +41,8 @@ class DropInConfig:
     (``kernel_choice.measured_choice``) on the first forward's input, cache the winner and run
     it from then on. Off: the reference runs, and ``describe()`` says why."""
     confirm: int = 3
-    """For ``auto`` measuring on the first forward: where other kernels came within 30% of
-    that batch's winner, the next forwards run each of them (up to 3) in turn on the batches
+    """For ``auto`` measuring on the first forward: where other kernels came within 50% of
+    that batch's winner, the next forwards run each of them (up to 4) in turn on the batches
     given, ``confirm`` forwards each, and the fastest median runs from then on (and is
     cached): one batch timed a few times, its rows warm, can rank kernels otherwise than
     batches in use do (``dropin_trial``). 0: the first forward's winner stays."""

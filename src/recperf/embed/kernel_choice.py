@@ -42,6 +42,15 @@ AUTOTUNE_CACHE = DEFAULT_CACHE / "embed_autotune.json"
 REFERENCE = "torch"
 
 
+@dataclass(frozen=True, slots=True)
+class Timed:
+    """One kernel as a measurement timed it: its name, options and ms per batch."""
+
+    kernel: str
+    params: Mapping[str, Any]
+    ms: float
+
+
 @dataclass(kw_only=True, slots=True, frozen=True)
 class KernelChoice:
     """The kernel one group of tables runs, and why that one."""
@@ -58,6 +67,9 @@ class KernelChoice:
     """The cache entry used, or why the reference runs instead of a winner."""
     cache_key: str = ""
     """Where ``measured_choice`` cached this winner ("" where it cached none)."""
+    timed: tuple[Timed, ...] = ()
+    """``measured``: every kernel timed for this choice, fastest first (empty for a choice of
+    any other source)."""
 
 
 def takes_hot_rows(name: str) -> bool:
@@ -216,7 +228,20 @@ def measured_choice(
         note = f"{kernel}: {tie}, {why}, so in place wins; {note}"
         if cache is not None and not result.cached:  # a later cache hit gets this pick too
             record_winner(cache, key, kernel, float(in_place["ms"]), note)
-    return KernelChoice(kernel=kernel, params=params, source=source, note=note, cache_key=key)
+    timed = () if result.cached else timed_of(result)
+    return KernelChoice(
+        kernel=kernel, params=params, source=source, note=note, cache_key=key, timed=timed
+    )
+
+
+def timed_of(result: TuneResult) -> tuple[Timed, ...]:
+    """Every candidate ``result`` timed (not those it rejected), fastest first."""
+    timed = [
+        Timed(kernel=str(c["kernel"]), params=dict(c.get("params", {})), ms=float(c["ms"]))
+        for c in result.candidates
+        if "ms" in c
+    ]
+    return tuple(sorted(timed, key=lambda t: t.ms))
 
 
 IN_PLACE_TIE = 0.05
