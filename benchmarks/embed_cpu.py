@@ -548,21 +548,39 @@ def _quartiles(xs: list[float]) -> tuple[float, float, float]:
     return q[0], statistics.median(xs), q[2]
 
 
-def measure(peers: Sequence[Peer], nbytes: int, threads: int, calls: int) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class Sitting:
+    """One build's timing at one thread count: each variant's calls (ms), in variant order."""
+
+    names: tuple[str, ...]
+    ms: tuple[list[float], ...]
+    copy_gb_per_s: float
+    load: tuple[float, float]
+
+
+def time_peers(peers: Sequence[Peer], threads: int, calls: int) -> Sitting:
     """One thread count: the copy bandwidth, then every peer interleaved."""
     torch.set_num_threads(threads)
     # The best of three medians: on a shared machine a neighbour's burst only ever lowers it.
     copy_gbps = max(copy_bandwidth(torch.device("cpu"), nbytes=1 << 27) for _ in range(3)) / 1e9
     load = os.getloadavg()[0]
     samples = interleaved_samples([p.fn for p in peers], [p.inputs for p in peers], calls)
+    ms = tuple([x * 1e3 for x in xs] for xs in samples)
+    return Sitting(tuple(p.name for p in peers), ms, copy_gbps, (load, os.getloadavg()[0]))
+
+
+def summarize(names: Sequence[str], ms: Sequence[list[float]], nbytes: int,
+              copy_gbps: float) -> dict[str, Any]:  # fmt: skip
+    """Each variant's median and quartiles of ``ms`` (its calls), its GB/s and its speedup over
+    the reference and over the fastest peer; the drop-in's and the picked kernel's ratios."""
     variants: list[dict[str, Any]] = []
-    for p, xs in zip(peers, samples, strict=True):
-        q1, med, q3 = _quartiles([x * 1e3 for x in xs])
+    for name, xs in zip(names, ms, strict=True):
+        q1, med, q3 = _quartiles(xs)
         gbps = nbytes / (med / 1e3) / 1e9
         variants.append({
-            "variant": p.name,
-            "kind": "recperf" if p.name in RECPERF else "peer",
-            "ms_per_batch": med, "ms_q1": q1, "ms_q3": q3, "ms_min": min(xs) * 1e3,
+            "variant": name,
+            "kind": "recperf" if name in RECPERF else "peer",
+            "ms_per_batch": med, "ms_q1": q1, "ms_q3": q3, "ms_min": min(xs),
             "gb_per_s": gbps,
             "pct_of_copy_bw": 100.0 * gbps / copy_gbps,
         })  # fmt: skip
@@ -580,9 +598,6 @@ def measure(peers: Sequence[Peer], nbytes: int, threads: int, calls: int) -> dic
         flat = {"auto_flat_vs_best_peer": v["speedup_vs_best_peer"],
                 "auto_flat_vs_best_peer_by_min": by_min["ms_min"] / v["ms_min"]}  # fmt: skip
     return flat | {
-        "threads": threads,
-        "copy_gb_per_s": copy_gbps,
-        "load_avg_1m": [load, os.getloadavg()[0]],
         "best_peer": best["variant"],
         "auto_vs_best_peer": dropin["speedup_vs_best_peer"],
         "auto_kernel_vs_best_peer": kernel["speedup_vs_best_peer"],
@@ -594,46 +609,96 @@ def measure(peers: Sequence[Peer], nbytes: int, threads: int, calls: int) -> dic
     }
 
 
+EACH = ("best_peer", "auto_vs_best_peer", "auto_flat_vs_best_peer", "auto_kernel_vs_best_peer")
+"""What each build's own sitting gives, listed per build beside the pooled figures."""
+
+
+def pooled(sittings: Sequence[Sitting], nbytes: int) -> dict[str, Any]:
+    """The builds' calls pooled per variant (medians and quartiles over them all), and each
+    build's own ratios (``EACH``) as the spread between builds."""
+    names = sittings[0].names
+    ms = tuple([x for s in sittings for x in s.ms[k]] for k in range(len(names)))
+    copy = statistics.median(s.copy_gb_per_s for s in sittings)
+    row = summarize(names, ms, nbytes, copy)
+    each = [summarize(s.names, s.ms, nbytes, s.copy_gb_per_s) for s in sittings]
+    row["per_build"] = {k: [e[k] for e in each] for k in EACH if k in each[0]}
+    loads = [x for s in sittings for x in s.load]
+    return {"copy_gb_per_s": copy, "load_avg_1m": [min(loads), max(loads)]} | row
+
+
+@dataclass(frozen=True, slots=True)
+class Build:
+    """One build of a setting's variants, checked, its drop-ins settled, and what it chose."""
+
+    peers: list[Peer]
+    errors: dict[str, float]
+    choices: dict[str, Any]
+
+
+def build_setting(st: Stage, trace_name: str) -> Build:
+    """``st``'s variants built anew (rows of their own, drop-ins that measure anew), checked
+    equal to the reference (the drop-ins measure there), the drop-ins settled."""
+    built = build_peers(st, trace_name)
+    errors = check_peers(built.peers, st.tables, st.lookups[0])
+    settled = settle(built.dropins, built.modules)
+    choices = {
+        "auto_kernel": built.auto.kernel, "auto_note": built.auto.note,
+        "dropin_choice": _described(built.modules[0]), "dropin_settle_calls": settled,
+    }  # fmt: skip
+    if len(built.modules) > 1:
+        choices["dropin_flat_choice"] = _described(built.modules[1])
+    return Build(built.peers, errors, choices)
+
+
 def peers_setting(
     name: str, trace_name: str, fmt: str, args: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    """One config on one trace with ``fmt`` rows: build every variant once, check it, time it
-    per thread count."""
+    """One config on one trace with ``fmt`` rows: ``args.builds`` times, every variant built
+    anew (fresh rows, where memory lands anew; drop-ins that measure and settle anew), checked,
+    and timed per thread count; per thread count the builds' calls pooled, with each build's
+    ratios beside them. One build's variants sit at fixed places in memory for all its calls,
+    and between builds the same code moved by up to 9% against the same peer (issue 27)."""
     cfg = peer_config(name, args.rows_cap, args.batch_size)
     trace = eb.bench_trace(cfg, trace_name, args.seed)
     lookups = eb.make_lookups(cfg, trace, args.inputs, "cpu")
+    n = int(lookups[0].indices.numel())
+    threads = [int(t) for t in args.threads.split(",")]
+    sittings: dict[int, list[Sitting]] = {t: [] for t in threads}
+    builds: list[dict[str, Any]] = []
     torch.set_num_threads(1)  # the drop-in measures on its first call: at the timed threads
     with torch.no_grad():  # not inference_mode: FBGEMM's training op has no kernel under it
         st = stage(cfg, fmt, lookups, args.seed, args.qebc_row_alignment)
-        built = build_peers(st, trace_name)
-        peers = built.peers
-        errors = check_peers(peers, st.tables, lookups[0])  # the drop-in measures here
-        settled = settle(built.dropins, built.modules)
-        n = int(lookups[0].indices.numel())  # the rows at their size, scale and bias included
         nbytes = lookup_bytes(lookups[0], cfg.dim, 1, cfg.num_tables) + n * (
             st.tables.row_bytes - cfg.dim
-        )
+        )  # the rows at their size, scale and bias included
         head: dict[str, Any] = {
             "config": name, "trace": trace_name, "dtype": fmt, "batch_size": cfg.batch_size,
             "tables": cfg.num_tables, "rows": sum(cfg.table_rows),
             "table_mib": tables_mib(st.tables), "row_bytes": st.tables.row_bytes,
             "row_stride": st.tables.weights[0].stride(0) * st.tables.weights[0].element_size(),
-            "lookups_per_batch": int(lookups[0].indices.numel()), "bytes_per_batch": nbytes,
-            "auto_kernel": built.auto.kernel, "auto_note": built.auto.note,
-            "dropin_choice": _described(built.modules[0]),
-            "dropin_settle_calls": settled,
+            "lookups_per_batch": n, "bytes_per_batch": nbytes, "builds": args.builds,
         }  # fmt: skip
-        if len(built.modules) > 1:
-            head["dropin_flat_choice"] = _described(built.modules[1])
         if fmt != "fp32":
             head["error_vs_fp32"] = format_error(st)
-        out: list[dict[str, Any]] = []
-        for threads in (int(t) for t in args.threads.split(",")):
-            row = head | measure(peers, nbytes, threads, args.calls)
-            for v in row["variants"]:
-                v["max_abs_err"] = errors[v["variant"]]
-            out.append(row)
-            _print_row(row)
+        errors: dict[str, float] = {}
+        for b in range(args.builds):
+            if b:  # a new stage: every variant's rows (and the drop-ins) anew
+                st = stage(cfg, fmt, lookups, args.seed, args.qebc_row_alignment)
+            build = build_setting(st, trace_name)
+            builds.append(build.choices)
+            for k, v in build.errors.items():
+                errors[k] = max(errors.get(k, 0.0), v)
+            for t in threads:
+                sittings[t].append(time_peers(build.peers, t, args.calls))
+            del build, st
+    head |= builds[0] | {"per_build_choices": builds}
+    out: list[dict[str, Any]] = []
+    for t in threads:
+        row = head | {"threads": t} | pooled(sittings[t], nbytes)
+        for v in row["variants"]:
+            v["max_abs_err"] = errors[v["variant"]]
+        out.append(row)
+        _print_row(row)
     return out
 
 
@@ -655,13 +720,20 @@ def _print_row(row: dict[str, Any]) -> None:
             f"{v['speedup_vs_torch']:5.2f}x torch {v['speedup_vs_best_peer']:5.2f}x best peer",
             flush=True,
         )
+    picks = [c["dropin_choice"].split(" (")[0] for c in row["per_build_choices"]]
+    flats = [c.get("dropin_flat_choice", "-").split(" (")[0] for c in row["per_build_choices"]]
+    each = ", ".join(f"{x:.2f}" for x in row["per_build"]["auto_vs_best_peer"])
     print(
-        f"  auto picked {row['auto_kernel']}; the drop-in {row['dropin_choice'].split(' (')[0]}; "
-        f"drop-in {row['auto_vs_best_peer']:.2f}x, kernel {row['auto_kernel_vs_best_peer']:.2f}x "
-        f"the best peer ({row['best_peer']}); by the fastest calls "
-        f"{row['auto_vs_best_peer_by_min']:.2f}x and {row['auto_kernel_vs_best_peer_by_min']:.2f}x",
+        f"  auto picked {row['auto_kernel']}; the drop-in {'/'.join(picks)} "
+        f"(TBE layout {'/'.join(flats)}); drop-in {row['auto_vs_best_peer']:.2f}x (builds: "
+        f"{each}), kernel {row['auto_kernel_vs_best_peer']:.2f}x the best peer "
+        f"({row['best_peer']}); by the fastest calls {row['auto_vs_best_peer_by_min']:.2f}x and "
+        f"{row['auto_kernel_vs_best_peer_by_min']:.2f}x",
         flush=True,
     )
+    if "auto_flat_vs_best_peer" in row["per_build"]:
+        flat = ", ".join(f"{x:.2f}" for x in row["per_build"]["auto_flat_vs_best_peer"])
+        print(f"  {FLAT} by build: {flat}", flush=True)
 
 
 def machine() -> dict[str, Any]:
@@ -690,8 +762,8 @@ def peers_main(args: argparse.Namespace) -> None:
         "date": time.strftime("%Y-%m-%d"),
         "command": " ".join(["python benchmarks/embed_cpu.py", *sys.argv[1:]]),
         "machine": machine(),
-        "calls": args.calls, "inputs": args.inputs, "rows_cap": args.rows_cap,
-        "seed": args.seed, "settings": settings,
+        "calls": args.calls, "builds": args.builds, "inputs": args.inputs,
+        "rows_cap": args.rows_cap, "seed": args.seed, "settings": settings,
     }  # fmt: skip
     # The bundled copy is the same data, rounded and compact: the report only shows it.
     texts = (json.dumps(result, indent=1), json.dumps(_rounded(result), separators=(",", ":")))
@@ -730,12 +802,17 @@ def main() -> None:
     ap.add_argument("--qebc-row-alignment", type=int, default=1, choices=(1, 16),
                     help="With --peers, int8/int4: TorchRec's row alignment in bytes (1, "
                     "what its sharded CPU inference uses; 16, from_float's default).")  # fmt: skip
+    ap.add_argument("--builds", type=int, default=3,
+                    help="With --peers: times every variant is built anew and timed (fresh rows, "
+                    "drop-ins measuring anew); their calls are pooled (default 3).")  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--bundle", type=Path, default=PEERS_BUNDLE, help="With --peers: the copy "
                     "the report reads.")  # fmt: skip
     args = ap.parse_args()
     if args.peers:
+        if args.builds < 1:
+            ap.error(f"--builds: {args.builds}; at least 1")
         args.calls = args.calls or 60
         args.threads = args.threads or "1"
         bad = sorted(set(args.formats.split(",")) - set(ROW_FORMATS))

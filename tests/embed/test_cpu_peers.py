@@ -119,6 +119,26 @@ def test_a_peer_that_differs_is_caught(bench: ModuleType) -> None:
             bench.check_peers([*peers, wrong], st.tables, st.lookups[0])
 
 
+@pytest.mark.parametrize("fmt", ["fp32", "int8"])
+def test_a_setting_pools_the_calls_of_every_build(bench: ModuleType, fmt: str) -> None:
+    """``--builds 2``: every variant built twice, each build's calls timed and pooled; each
+    build's ratios and choices listed beside the pooled ones."""
+    import argparse
+
+    args = argparse.Namespace(rows_cap=40, batch_size=4, seed=0, inputs=2, threads="1", calls=3,
+                              builds=2, qebc_row_alignment=1)  # fmt: skip
+    (row,) = bench.peers_setting("paper", "uniform", fmt, args)
+    assert row["builds"] == 2 and len(row["per_build_choices"]) == 2
+    assert set(row["per_build"]) >= {"best_peer", "auto_vs_best_peer"}
+    assert all(len(v) == 2 for v in row["per_build"].values())
+    dropin = next(v for v in row["variants"] if v["variant"] == "EmbeddingBags(auto)")
+    assert dropin["ms_q1"] <= dropin["ms_per_batch"] <= dropin["ms_q3"]
+    best = min((v for v in row["variants"] if v["kind"] == "peer"),
+               key=lambda v: v["ms_per_batch"])  # fmt: skip
+    assert row["best_peer"] == best["variant"]
+    assert row["auto_vs_best_peer"] == pytest.approx(best["ms_per_batch"] / dropin["ms_per_batch"])
+
+
 def test_report_table_renders_the_bundled_run() -> None:
     data = embed_peers.load_bundled()
     assert data is not None, "src/recperf/data/embedding/cpu_peers.json is not bundled"

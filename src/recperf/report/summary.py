@@ -301,7 +301,8 @@ def _embed(s: Section) -> Headline | None:
         ratio_high=hi,
         verdict=verdict_of(lo, hi, measured=True),
         basis=f"bundled sitting {peers.get('date', '?')}, {peers.get('calls', '?')} "
-        f"interleaved calls, quartiles; worst of {len(rows)} settings",
+        f"interleaved calls x {peers.get('builds', 1)} builds, quartiles; worst of {len(rows)} "
+        "settings",
     )
 
 
