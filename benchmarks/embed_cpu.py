@@ -51,8 +51,8 @@ PEER_BATCH = {"paper": 64, "mlperf": 512}
 """Batch per config in ``--peers`` mode: each batch moves ~57 MB of rows (above the 32 MB L3)."""
 COPIED = "fbgemm-tbe, rows copied"
 FLAT = "EmbeddingBags(auto), TBE-layout input"
-"""The drop-in given the batch as the concat peer gets it: the tables' ids concatenated, offsets
-``[T * B + 1]`` (where built from bags: float and fp8 rows)."""
+"""The drop-in given the batch as the concat peer and FBGEMM's module get it: the tables' ids
+concatenated, offsets ``[T * B + 1]`` (int64; FBGEMM's module gets int32)."""
 RECPERF = ("torch", "recperf auto kernel", "EmbeddingBags(auto)", FLAT, COPIED)
 """recperf's variants (``COPIED``: padded int8/int4 rows only); every other one is a peer. No
 two variants read the same rows: each has its own copy (for int8/int4 its own quantized
@@ -400,9 +400,15 @@ def dropin_auto(st: Stage) -> tuple[list[Peer], list[Any]]:
 
     config = DropInConfig(kernel="auto", cache=None)
     b, t, d = st.lookups[0].batch_size, st.tables.num_tables, st.tables.dim
-    if st.qebc is not None:
+    if st.qebc is not None:  # the KJT, and the TBE layout FBGEMM's module takes (int64)
         module = EmbeddingBags.from_torchrec(st.qebc, "auto", config=config)
-        return [_kjt_peer("EmbeddingBags(auto)", module, st.tables, st.lookups)], [module]
+        flat_q = EmbeddingBags.from_torchrec(st.fresh_qebc(), "auto", config=config)
+        keyed = lambda y: y.values().view(b, t, d).float()  # noqa: E731
+        given = [(lk.indices, lk.offsets) for lk in st.lookups]
+        return [
+            _kjt_peer("EmbeddingBags(auto)", module, st.tables, st.lookups),
+            Peer(FLAT, lambda x: flat_q(x[0], x[1]), given, keyed),
+        ], [module, flat_q]
 
     def build() -> Any:
         if st.fmt == "fp8":

@@ -80,8 +80,7 @@ def test_every_peer_pools_what_the_reference_pools(bench: ModuleType, fmt: str) 
     with torch.no_grad():
         built = bench.build_peers(st, "test")
         errors = bench.check_peers(built.peers, st.tables, lookups[0])
-        quantized = fmt in ("int8", "int4")  # the drop-in built from TorchRec's collection
-        extra = {bench.FLAT} if not quantized else {bench.COPIED} if align else set()
+        extra = {bench.FLAT} | ({bench.COPIED} if align else set())
         assert set(errors) == RECPERF | PEERS[fmt] | extra
         assert built.auto.source == "measured" and built.auto.kernel in built.auto.note
         assert all(g["source"] == "measured" for m in built.modules for g in m.describe())

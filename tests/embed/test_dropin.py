@@ -412,6 +412,28 @@ def test_unsupported_modules_are_refused(case: str, message: str) -> None:
         EmbeddingBags.from_torch(_bad_bags(case))
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_torchrec_module_takes_the_tbe_layout_as_its_kjt(weighted: bool) -> None:
+    """Built from TorchRec, the module also takes the batch as FBGEMM's module does (ids
+    concatenated in the collection's feature order, ``[F * B + 1]`` offsets, weights): the
+    same KeyedTensor as for that batch's KeyedJaggedTensor; a bad offsets tensor is refused
+    in one line."""
+    ebc = _ebc(weighted=weighted)
+    module = EmbeddingBags.from_torchrec(ebc, kernel="bag-concat")
+    jagged = _kjt(batch=3, seed=2, weighted=weighted).to_dict()
+    order = ["f0", "f2", "f1", "f3"]  # the collection's features, in its order
+    kjt = KeyedJaggedTensor.from_jt_dict({f: jagged[f] for f in order})
+    w = kjt.weights() if weighted else None
+    got = module(kjt.values(), kjt.offsets(), w)
+    want = module(kjt)
+    assert got.keys() == want.keys() == order
+    assert torch.equal(got.values(), want.values())
+    with torch.no_grad():
+        torch.testing.assert_close(got.values(), ebc(kjt).values(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ConfigError, match=r"offsets: length 12 is not 4 inputs x B \+ 1"):
+        module(kjt.values(), kjt.offsets()[:-1], w)
+
+
 def test_unsupported_torchrec_modules_are_refused() -> None:
     from torchrec.modules.embedding_configs import EmbeddingConfig
     from torchrec.modules.embedding_modules import EmbeddingCollection

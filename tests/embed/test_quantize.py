@@ -171,6 +171,8 @@ def test_a_float_collection_quantized_by_torchrec(alignment: int) -> None:
         return
     tbe = EmbeddingBags.from_torchrec(qebc, "fbgemm-tbe")
     torch.testing.assert_close(tbe(kjt).values(), qebc(kjt).values(), rtol=1e-5, atol=1e-6)
+    flat = tbe(kjt.values(), kjt.offsets())  # the TBE layout, as FBGEMM's module takes it
+    assert flat.keys() == ["f0", "f1"] and torch.equal(flat.values(), tbe(kjt).values())
     (group,) = tbe.describe()
     padded = "16 B apart for 12 B of row" in group["note"]
     assert padded is (alignment == 16)

@@ -34,6 +34,7 @@ from recperf.embed.dropin_inputs import (
     labels,
     per_slot,
     plain_parts,
+    tbe_batch,
     to_lookup,
     to_part,
     to_parts,
@@ -323,7 +324,10 @@ class EmbeddingBags(nn.Module):
         """Built from bags: ``indices`` (and ``offsets``, ``per_sample_weights`` when given) hold
         one tensor per bag, as each bag takes them, or one tensor each in the TBE layout (see
         ``_forward_flat``); returns one pooled tensor per bag. Built from TorchRec: ``indices``
-        is the ``KeyedJaggedTensor``; returns a ``KeyedTensor``."""
+        is the ``KeyedJaggedTensor``, or one tensor in the TBE layout (the collection's
+        features in order, as FBGEMM's module takes them, with ``offsets`` and
+        ``per_sample_weights`` one tensor each), taken as that ``KeyedJaggedTensor``; returns
+        a ``KeyedTensor``."""
         if self.training and torch.is_grad_enabled():
             raise ConfigError(TRAIN_REFUSED)
         if self._trials:  # auto's first pick on trial against close rivals (dropin_trial)
@@ -354,7 +358,12 @@ class EmbeddingBags(nn.Module):
         offsets: Sequence[torch.Tensor | None] | None,
         per_sample_weights: Sequence[torch.Tensor | None] | None,
     ) -> Any:
-        if isinstance(indices, torch.Tensor) and not self.torchrec:
+        if isinstance(indices, torch.Tensor) and self.torchrec:  # the TBE layout, as a KJT
+            from recperf.embed.dropin_torchrec import tbe_kjt
+
+            tbe = tbe_batch(len(self._slots), indices, offsets, per_sample_weights)
+            return self._forward(tbe_kjt(tbe, self._features), None, None)
+        if isinstance(indices, torch.Tensor):
             return self._forward_flat(indices, offsets, per_sample_weights)
         group = self._groups[0]
         if self._kjt_whole and not group.pending and offsets is None and not self.config.debug:
@@ -389,17 +398,7 @@ class EmbeddingBags(nn.Module):
         length), ``per_sample_weights`` float32 like ``indices`` or None. One kernel pooling
         them all takes them as they are (a TBE kernel, or ``bag-concat``'s ``pool_lookup``);
         otherwise they are cut into per-input views."""
-        n = len(self._slots)
-        if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1:
-            raise ConfigError(f"offsets: with indices as one tensor (the TBE layout), one 1-D "
-                              f"tensor of {n} inputs x B bag starts + 1")  # fmt: skip
-        bags = int(offsets.shape[0]) - 1
-        if bags < n or bags % n:
-            raise ConfigError(f"offsets: length {bags + 1} is not {n} inputs x B + 1 (B >= 1)")
-        if weights is not None and not isinstance(weights, torch.Tensor):
-            raise ConfigError("per_sample_weights: with indices as one tensor, one tensor too")
-        lookup = Lookup(indices=indices, offsets=offsets, batch_size=bags // n,
-                        per_sample_weights=weights)  # fmt: skip
+        lookup = tbe_batch(len(self._slots), indices, offsets, weights)
         group = self._groups[0]
         same = indices.device == offsets.device == self._dev
         # one kernel takes the batch as it is (no cut per input)

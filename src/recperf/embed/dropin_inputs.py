@@ -356,3 +356,19 @@ def plain_parts(
     if batch < 1:
         return None
     return Parts(indices=tuple(ids), offsets=tuple(offsets), batch_size=batch)
+
+
+def tbe_batch(n: int, indices: torch.Tensor, offsets: Any, weights: Any) -> Lookup:
+    """``n`` inputs' batch in FBGEMM's TBE layout as a ``Lookup`` (no copies), or one error
+    naming what does not fit: ``offsets`` one 1-D tensor of ``n`` x B bag starts and the end,
+    ``weights`` one tensor or None."""
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 1:
+        raise ConfigError(f"offsets: with indices as one tensor (the TBE layout), one 1-D "
+                          f"tensor of {n} inputs x B bag starts + 1")  # fmt: skip
+    bags = int(offsets.shape[0]) - 1
+    if bags < n or bags % n:
+        raise ConfigError(f"offsets: length {bags + 1} is not {n} inputs x B + 1 (B >= 1)")
+    if weights is not None and not isinstance(weights, torch.Tensor):
+        raise ConfigError("per_sample_weights: with indices as one tensor, one tensor too")
+    return Lookup(indices=indices, offsets=offsets, batch_size=bags // n,
+                  per_sample_weights=weights)  # fmt: skip

@@ -181,6 +181,15 @@ def kjt_lookup(kjt: Any, features: Sequence[str], device: torch.device) -> Looku
     return Lookup(indices=values, offsets=offsets, batch_size=batch)
 
 
+def tbe_kjt(batch: Lookup, features: Sequence[str]) -> Any:
+    """A TBE-layout batch as the ``KeyedJaggedTensor`` of ``features`` it is: its ids as the
+    values, its offsets and weights as they are (no copies)."""
+    from torchrec import KeyedJaggedTensor  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+    return KeyedJaggedTensor(keys=list(features), values=batch.indices, offsets=batch.offsets,
+                             weights=batch.per_sample_weights, stride=batch.batch_size)  # fmt: skip
+
+
 def keyed_tensor(keys: list[str], dims: list[int], values: torch.Tensor) -> Any:
     """TorchRec's ``KeyedTensor`` over ``values`` ``[B, sum(dims)]``, ``dims[i]`` columns a key."""
     from torchrec import KeyedTensor  # type: ignore[import-untyped, import-not-found, unused-ignore]
