@@ -50,6 +50,8 @@ PEERS_BUNDLE = Path("src/recperf/data/embedding/cpu_peers.json")
 PEER_BATCH = {"paper": 64, "mlperf": 512}
 """Batch per config in ``--peers`` mode: each batch moves ~57 MB of rows (above the 32 MB L3)."""
 COPIED = "fbgemm-tbe, rows copied"
+CONCAT_PER_BAG = "nn.EmbeddingBag concat, per-bag input"
+PER_BAG = "per bag"
 FLAT = "EmbeddingBags(auto), TBE-layout input"
 """The drop-in given the batch as the concat peer and FBGEMM's module get it: the tables' ids
 concatenated, offsets ``[T * B + 1]`` (int64; FBGEMM's module gets int32)."""
@@ -139,6 +141,9 @@ class Peer:
     fn: Callable[[Any], Any]
     inputs: list[Any]
     as_btd: Callable[[Any], torch.Tensor]
+    takes: str = "TBE layout"
+    """The input it is given: ``TBE layout`` (ids concatenated, ``[T * B + 1]`` offsets),
+    ``per bag`` (one ids and one offsets tensor a table) or ``KJT``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +203,7 @@ def bags_per_table(tables: Tables, lookups: Sequence[Lookup]) -> Peer:
             [bag(ids, off) for bag, (ids, off) in zip(bags, parts, strict=True)], dim=1
         )
 
-    return Peer("nn.EmbeddingBag x T", fn, [_segments(lk) for lk in lookups], _as_float)
+    return Peer("nn.EmbeddingBag x T", fn, [_segments(lk) for lk in lookups], _as_float, PER_BAG)
 
 
 def bag_concat(
@@ -225,6 +230,37 @@ def bag_concat(
     return Peer(
         "nn.EmbeddingBag concat", fn, inputs, lambda y: y.view(t, b, d).transpose(0, 1).float()
     )
+
+
+def bag_concat_per_bag(tables: Tables, lookups: Sequence[Lookup]) -> Peer:
+    """One ``nn.EmbeddingBag`` over the stacked tables given per-bag inputs, as a careful user
+    of it writes the call when the inputs come a table at a time: the ids concatenated and
+    shifted by a per-id shift made once for the tables' id counts (fixed for multi-hot
+    inputs; made again when they change), the bag starts stacked and shifted by each table's
+    first id. All of it in the timed call."""
+    stacked = torch.cat(tables.weights)
+    bag = nn.EmbeddingBag.from_pretrained(
+        stacked, freeze=True, mode="sum", include_last_offset=True
+    )
+    first = torch.tensor([0, *tables.rows[:-1]], dtype=torch.int64).cumsum(0)
+    b, t, d = lookups[0].batch_size, tables.num_tables, tables.dim
+    shifts: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def fn(parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        sizes = tuple(int(p[0].shape[0]) for p in parts)
+        shift = shifts.get(sizes)
+        if shift is None:
+            shifts.clear()
+            shift = shifts[sizes] = torch.repeat_interleave(first, torch.tensor(sizes))
+        ids = torch.cat([p[0] for p in parts]).add_(shift)
+        bases = torch.tensor([0, *itertools.accumulate(sizes)])
+        starts = torch.stack([p[1][:b] for p in parts]).add_(bases[:-1, None])
+        offsets = torch.cat([starts.view(-1), bases[-1:]])
+        pooled: torch.Tensor = bag(ids, offsets)
+        return pooled
+
+    as_btd = lambda y: y.view(t, b, d).transpose(0, 1).float()  # noqa: E731
+    return Peer(CONCAT_PER_BAG, fn, [_segments(lk) for lk in lookups], as_btd, PER_BAG)
 
 
 def fbgemm_inference(tables: Tables, lookups: Sequence[Lookup]) -> Peer:
@@ -303,7 +339,7 @@ def _kjt_peer(name: str, module: Any, tables: Tables, lookups: Sequence[Lookup])
         return pooled
 
     inputs = [(lk.indices, lk.offsets[1:] - lk.offsets[:-1]) for lk in lookups]
-    return Peer(name, fn, inputs, lambda y: y.view(b, tables.num_tables, d).float())
+    return Peer(name, fn, inputs, lambda y: y.view(b, tables.num_tables, d).float(), "KJT")
 
 
 def _ebc_configs(tables: Tables, dtype: Any) -> list[Any]:
@@ -428,7 +464,7 @@ def dropin_auto(st: Stage) -> tuple[list[Peer], list[Any]]:
     as_btd = lambda y: torch.stack(y, dim=1).float().view(b, t, d)  # noqa: E731
     given = [(lk.indices, lk.offsets) for lk in st.lookups]
     return [
-        Peer("EmbeddingBags(auto)", fn, inputs, as_btd),
+        Peer("EmbeddingBags(auto)", fn, inputs, as_btd, PER_BAG),
         Peer(FLAT, flat, given, as_btd),
     ], [module, flat_module]
 
@@ -449,9 +485,13 @@ def settle(peers: Sequence[Peer], modules: Sequence[Any]) -> list[int]:
 
 
 PEERS_BY_FORMAT: dict[str, tuple[str, ...]] = {
-    "fp32": ("bags", "concat", "tbe", "split", "ebc"),
-    "fp16": ("bags", "concat", "tbe", "ebc"),
-    "bf16": ("bags", "concat"),  # FBGEMM 1.8 reads no bf16 rows; TorchRec's EBC makes fp16
+    "fp32": ("bags", "concat", "concat-per-bag", "tbe", "split", "ebc"),
+    "fp16": ("bags", "concat", "concat-per-bag", "tbe", "ebc"),
+    "bf16": (
+        "bags",
+        "concat",
+        "concat-per-bag",
+    ),  # FBGEMM 1.8 reads no bf16 rows; TorchRec's EBC makes fp16
     "fp8": ("tbe",),
     "int8": ("tbe", "qebc"),
     "int4": ("tbe", "qebc"),
@@ -478,6 +518,7 @@ def build_peers(st: Stage, trace: str) -> Built:
     make = {
         "bags": lambda: bags_per_table(tables, lookups),
         "concat": lambda: bag_concat(tables, lookups),
+        "concat-per-bag": lambda: bag_concat_per_bag(tables, lookups),
         "tbe": lambda: fbgemm_inference(tables, lookups),
         "split": lambda: fbgemm_split(tables, lookups),
         "ebc": lambda: torchrec_ebc(tables, lookups),
@@ -559,6 +600,7 @@ class Sitting:
     """One build's timing at one thread count: each variant's calls (ms), in variant order."""
 
     names: tuple[str, ...]
+    takes: tuple[str, ...]
     ms: tuple[list[float], ...]
     copy_gb_per_s: float
     load: tuple[float, float]
@@ -572,20 +614,23 @@ def time_peers(peers: Sequence[Peer], threads: int, calls: int) -> Sitting:
     load = os.getloadavg()[0]
     samples = interleaved_samples([p.fn for p in peers], [p.inputs for p in peers], calls)
     ms = tuple([x * 1e3 for x in xs] for xs in samples)
-    return Sitting(tuple(p.name for p in peers), ms, copy_gbps, (load, os.getloadavg()[0]))
+    names, takes = tuple(p.name for p in peers), tuple(p.takes for p in peers)
+    return Sitting(names, takes, ms, copy_gbps, (load, os.getloadavg()[0]))
 
 
-def summarize(names: Sequence[str], ms: Sequence[list[float]], nbytes: int,
-              copy_gbps: float) -> dict[str, Any]:  # fmt: skip
+def summarize(names: Sequence[str], takes: Sequence[str], ms: Sequence[list[float]],
+              nbytes: int, copy_gbps: float) -> dict[str, Any]:  # fmt: skip
     """Each variant's median and quartiles of ``ms`` (its calls), its GB/s and its speedup over
-    the reference and over the fastest peer; the drop-in's and the picked kernel's ratios."""
+    the reference and over the fastest peer; the drop-in's and the picked kernel's ratios, and
+    each drop-in's against the fastest peer given the same input as it (``same_input``)."""
     variants: list[dict[str, Any]] = []
-    for name, xs in zip(names, ms, strict=True):
+    for name, given, xs in zip(names, takes, ms, strict=True):
         q1, med, q3 = _quartiles(xs)
         gbps = nbytes / (med / 1e3) / 1e9
         variants.append({
             "variant": name,
             "kind": "recperf" if name in RECPERF else "peer",
+            "takes": given,
             "ms_per_batch": med, "ms_q1": q1, "ms_q3": q3, "ms_min": min(xs),
             "gb_per_s": gbps,
             "pct_of_copy_bw": 100.0 * gbps / copy_gbps,
@@ -603,6 +648,13 @@ def summarize(names: Sequence[str], ms: Sequence[list[float]], nbytes: int,
         v = named[FLAT]
         flat = {"auto_flat_vs_best_peer": v["speedup_vs_best_peer"],
                 "auto_flat_vs_best_peer_by_min": by_min["ms_min"] / v["ms_min"]}  # fmt: skip
+    for key, name in (("auto", "EmbeddingBags(auto)"), ("auto_flat", FLAT)):
+        mine = named.get(name)
+        same = [v for v in variants if v["kind"] == "peer" and mine and v["takes"] == mine["takes"]]
+        if mine and same:
+            peer = min(same, key=lambda v: v["ms_per_batch"])
+            flat[f"{key}_same_input_peer"] = peer["variant"]
+            flat[f"{key}_vs_same_input_peer"] = peer["ms_per_batch"] / mine["ms_per_batch"]
     return flat | {
         "best_peer": best["variant"],
         "auto_vs_best_peer": dropin["speedup_vs_best_peer"],
@@ -615,7 +667,14 @@ def summarize(names: Sequence[str], ms: Sequence[list[float]], nbytes: int,
     }
 
 
-EACH = ("best_peer", "auto_vs_best_peer", "auto_flat_vs_best_peer", "auto_kernel_vs_best_peer")
+EACH = (
+    "best_peer",
+    "auto_vs_best_peer",
+    "auto_flat_vs_best_peer",
+    "auto_kernel_vs_best_peer",
+    "auto_vs_same_input_peer",
+    "auto_flat_vs_same_input_peer",
+)
 """What each build's own sitting gives, listed per build beside the pooled figures."""
 
 
@@ -625,8 +684,8 @@ def pooled(sittings: Sequence[Sitting], nbytes: int) -> dict[str, Any]:
     names = sittings[0].names
     ms = tuple([x for s in sittings for x in s.ms[k]] for k in range(len(names)))
     copy = statistics.median(s.copy_gb_per_s for s in sittings)
-    row = summarize(names, ms, nbytes, copy)
-    each = [summarize(s.names, s.ms, nbytes, s.copy_gb_per_s) for s in sittings]
+    row = summarize(names, sittings[0].takes, ms, nbytes, copy)
+    each = [summarize(s.names, s.takes, s.ms, nbytes, s.copy_gb_per_s) for s in sittings]
     row["per_build"] = {k: [e[k] for e in each] for k in EACH if k in each[0]}
     loads = [x for s in sittings for x in s.load]
     return {"copy_gb_per_s": copy, "load_avg_1m": [min(loads), max(loads)]} | row
@@ -737,6 +796,10 @@ def _print_row(row: dict[str, Any]) -> None:
         f"{row['auto_kernel_vs_best_peer_by_min']:.2f}x",
         flush=True,
     )
+    for key, label in (("auto", "drop-in"), ("auto_flat", FLAT)):
+        if f"{key}_vs_same_input_peer" in row:
+            print(f"  {label}: {row[f'{key}_vs_same_input_peer']:.2f}x the fastest peer given the "
+                  f"same input ({row[f'{key}_same_input_peer']})", flush=True)  # fmt: skip
     if "auto_flat_vs_best_peer" in row["per_build"]:
         flat = ", ".join(f"{x:.2f}" for x in row["per_build"]["auto_flat_vs_best_peer"])
         print(f"  {FLAT} by build: {flat}", flush=True)

@@ -30,10 +30,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "embed_cpu.py"
 RECPERF = {"torch", "recperf auto kernel", "EmbeddingBags(auto)"}
 PEERS = {
     "fp32": {"nn.EmbeddingBag x T", "nn.EmbeddingBag concat", "fbgemm TBE inference",
-             "fbgemm TBE training op", "torchrec EBC"},
+             "fbgemm TBE training op", "torchrec EBC", "nn.EmbeddingBag concat, per-bag input"},
     "fp16": {"nn.EmbeddingBag x T", "nn.EmbeddingBag concat", "fbgemm TBE inference",
-             "torchrec EBC"},
-    "bf16": {"nn.EmbeddingBag x T", "nn.EmbeddingBag concat"},
+             "torchrec EBC", "nn.EmbeddingBag concat, per-bag input"},
+    "bf16": {"nn.EmbeddingBag x T", "nn.EmbeddingBag concat",
+             "nn.EmbeddingBag concat, per-bag input"},
     "fp8": {"fbgemm TBE inference"},
     "int8": {"fbgemm TBE inference", "torchrec quantized EBC"},
     "int4": {"fbgemm TBE inference", "torchrec quantized EBC"},
@@ -143,20 +144,16 @@ def test_report_table_renders_the_bundled_run() -> None:
     assert data is not None, "src/recperf/data/embedding/cpu_peers.json is not bundled"
     json.dumps(data, allow_nan=False)
     settings = data["settings"]
+    assert data["builds"] >= 1
     for s in settings:
-        # an unpadded copy of padded int8/int4 rows (runs before 2026-12-03 lack row_stride:
-        # TorchRec's rows were padded then)
-        padded = s.get("row_stride", s["row_bytes"] + 1) > s["row_bytes"]
         quantized = s["dtype"] in ("int8", "int4")
+        padded = s["row_stride"] > s["row_bytes"]  # an unpadded copy of padded int rows beside
         copied = {"fbgemm-tbe, rows copied"} if quantized and padded else set()
-        # float runs from 2026-12-02 carry a control (the concat peer over the drop-in's own
-        # rows, kind "control"), dropped since: sharing its rows flattered both
-        controls = {str(v["variant"]) for v in s["variants"] if v.get("kind") == "control"}
-        assert controls <= {"nn.EmbeddingBag concat, the drop-in's rows"}
-        variants = {str(v["variant"]) for v in s["variants"]} - controls
-        flat = {"EmbeddingBags(auto), TBE-layout input"} & variants
-        assert not (flat and quantized), "the TBE-layout input is for bags, not a KJT"
-        assert variants - flat == RECPERF | PEERS[s["dtype"]] | copied
+        variants = {str(v["variant"]) for v in s["variants"]}
+        flat = {"EmbeddingBags(auto), TBE-layout input"}  # the drop-in given the TBE layout
+        assert variants == RECPERF | flat | PEERS[s["dtype"]] | copied
+        assert len(s["per_build"]["auto_vs_best_peer"]) == s["builds"] == data["builds"]
+        assert {v["takes"] for v in s["variants"]} <= {"TBE layout", "per bag", "KJT"}
     page = embed_peers.peers_html(data)
     head = page.split("<thead>", 1)[1].split("</thead>", 1)[0]
     columns = list(dict.fromkeys(str(v["variant"]) for s in settings for v in s["variants"]))

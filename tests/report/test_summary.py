@@ -136,3 +136,22 @@ def test_the_embed_row_is_the_drop_in_on_its_worst_setting() -> None:
     assert row.figure.startswith("EmbeddingBags(auto): 4.00 ms") and "int8" in row.figure
     assert row.ratio == pytest.approx(0.5) and row.verdict == "behind"
     assert (row.ratio_low, row.ratio_high) == pytest.approx((1.8 / 4.4, 2.2 / 3.6))
+
+
+def test_the_embed_row_compares_the_drop_in_given_the_fastest_peers_input() -> None:
+    """Where the sitting says what each variant took, the drop-in given the input the fastest
+    peer is given stands against it (here the TBE layout), not the one given per-bag inputs."""
+
+    def v(name: str, kind: str, ms: float, takes: str) -> dict[str, Any]:
+        return {"variant": name, "kind": kind, "ms_per_batch": ms, "ms_q1": 0.9 * ms,
+                "ms_q3": 1.1 * ms, "takes": takes}  # fmt: skip
+
+    setting = {"config": "mlperf", "dtype": "fp16", "trace": "t", "threads": 1, "variants": [
+        v("EmbeddingBags(auto)", "recperf", 2.4, "per bag"),
+        v("EmbeddingBags(auto), TBE-layout input", "recperf", 2.1, "TBE layout"),
+        v("nn.EmbeddingBag x T", "peer", 2.6, "per bag"),
+        v("nn.EmbeddingBag concat", "peer", 2.0, "TBE layout")]}  # fmt: skip
+    peers = {"date": "2026-12-03", "calls": 9, "builds": 3, "settings": [setting]}
+    (row,) = headlines([Section("Embed", "embed", "", {"cpu_peers": peers})])
+    assert row.figure.startswith("EmbeddingBags(auto), TBE-layout input: 2.10 ms")
+    assert row.ratio == pytest.approx(2.0 / 2.1) and "x 3 builds" in row.basis

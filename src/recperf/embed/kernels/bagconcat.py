@@ -19,6 +19,7 @@ from recperf.embed.kernels.base import (
     Lookup,
     Parts,
     Tables,
+    bag_starts,
     check_tables_match,
 )
 from recperf.embed.kernels.formats import FLOAT_DTYPES
@@ -46,26 +47,19 @@ def numpy_shift(
     offsets: Sequence[torch.Tensor] | None,
     batch: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``shifted_ids`` on a CPU: one numpy add a table into one new buffer, so each id is read
-    once and written once. A ``cat`` then an in-place add of a per-id shift reads them three
-    times, and torch's int64 add multiplies by its ``alpha`` element by element (55 us on
-    ``mlperf``'s 110k ids against numpy's 19 us, hot in cache; issue 27)."""
+    """``shifted_ids`` on a CPU: the ids by one numpy add a table into one new buffer, so each
+    is read once and written once (a ``cat`` then an in-place add of a per-id shift reads them
+    three times, and torch's int64 add multiplies by its ``alpha`` element by element: 55 us
+    on ``mlperf``'s 110k ids against numpy's 19 us, hot in cache); the offsets as
+    ``torch_shift`` makes them, a few dispatches whatever the tables (one numpy add a table
+    cost 70 us on ``mlperf``'s 26, this ~15 us; issue 27)."""
     sizes = [int(x.shape[0]) for x in ids]
     out = torch.empty(sum(sizes), dtype=torch.int64)
     to, pos = out.numpy(), 0
-    if offsets is None:
-        for x, f, m in zip(ids, first, sizes, strict=True):
-            np.add(x.numpy(), f, out=to[pos : pos + m])
-            pos += m
-        return out, None
-    offs = torch.empty(len(ids) * batch + 1, dtype=torch.int64)
-    oo = offs.numpy()
-    for t, (x, o, f, m) in enumerate(zip(ids, offsets, first, sizes, strict=True)):
+    for x, f, m in zip(ids, first, sizes, strict=True):
         np.add(x.numpy(), f, out=to[pos : pos + m])
-        np.add(o.numpy()[:batch], pos, out=oo[t * batch : (t + 1) * batch])
         pos += m
-    oo[-1] = pos
-    return out, offs
+    return out, None if offsets is None else tbe_offsets(offsets, sizes, batch)
 
 
 def torch_shift(
@@ -75,19 +69,22 @@ def torch_shift(
     batch: int,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``shifted_ids`` on any device: a ``cat``, one ``_foreach_add_`` of the tables' first
-    rows, and the offsets stacked and shifted by their tables' first ids."""
+    rows, and ``tbe_offsets``."""
     sizes = [int(x.shape[0]) for x in ids]
-    dev = ids[0].device
     out = torch.cat([x.long() for x in ids])
     torch._foreach_add_(list(torch.split(out, sizes))[1:], list(first[1:]))
-    if offsets is None:
-        return out, None
-    offs = torch.empty(len(ids) * batch + 1, dtype=torch.int64, device=dev)
+    return out, None if offsets is None else tbe_offsets(offsets, sizes, batch)
+
+
+def tbe_offsets(offsets: Sequence[torch.Tensor], sizes: Sequence[int], batch: int) -> torch.Tensor:
+    """Each table's ``batch`` bag starts (into its own ``sizes[t]`` ids) shifted by its first
+    id in the concatenated ids, and the end: TBE offsets ``[T * batch + 1]``, int64."""
+    dev = offsets[0].device
+    offs = torch.empty(len(sizes) * batch + 1, dtype=torch.int64, device=dev)
     bases = torch.tensor([0, *itertools.accumulate(sizes)][:-1], device=dev).view(-1, 1)
-    starts = torch.stack([o[:batch].long() for o in offsets])
-    torch.add(starts, bases, out=offs[:-1].view(len(ids), batch))
-    offs[-1:].fill_(int(out.shape[0]))
-    return out, offs
+    torch.add(bag_starts(offsets, batch), bases, out=offs[:-1].view(len(sizes), batch))
+    offs[-1:].fill_(sum(sizes))
+    return offs
 
 
 @KERNELS.register(
