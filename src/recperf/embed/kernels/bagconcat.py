@@ -111,6 +111,7 @@ class BagConcat:
         self.tables = tables
         self._weight = torch.cat(tables.weights) if tables.num_tables > 1 else tables.weights[0]
         self._first = [0, *itertools.accumulate(tables.rows)][:-1]
+        self._shift: tuple[tuple[int, ...], np.ndarray] = ((), np.empty(0, dtype=np.int64))
 
     def __call__(self, lookup: Lookup) -> torch.Tensor:
         # [B, T, D] as a view of the table-major bags (float32 rows: no copy; measured ~10% of
@@ -128,8 +129,27 @@ class BagConcat:
         ids = lookup.indices
         if self.tables.num_tables > 1:
             starts = lookup.offsets[::b].tolist()  # one host copy: each table's slice of the ids
-            ids = shifted_ids([ids[s:e] for s, e in itertools.pairwise(starts)], self._first)[0]
+            bounds = list(itertools.pairwise(starts))
+            shift = self._shift_for(tuple(e - s for s, e in bounds), ids.device)
+            if shift is not None:  # one add over all the ids
+                ids = torch.from_numpy(np.add(ids.numpy(), shift))
+            else:
+                ids = shifted_ids([ids[s:e] for s, e in bounds], self._first)[0]
         return self._pool(ids, lookup.offsets, lookup.per_sample_weights, b)
+
+    def _shift_for(self, sizes: tuple[int, ...], device: torch.device) -> np.ndarray | None:
+        """On a CPU, each id's shift (its table's first row) for tables of ``sizes`` ids, made
+        once and kept while the sizes repeat (fixed bag sizes, as DLRM's multi-hot inputs: one
+        entry, replaced whole); None elsewhere. One numpy add of it over a TBE-layout batch
+        took 1.67 ms a call against 1.70 ms for one add a table (``mlperf``'s 26 bf16 tables,
+        reuse trace, interleaved medians; issue 27)."""
+        if device.type != "cpu":
+            return None
+        kept, shift = self._shift
+        if kept != sizes:
+            shift = np.repeat(np.asarray(self._first, dtype=np.int64), sizes)
+            self._shift = (sizes, shift)
+        return shift
 
     def pool_parts(self, parts: Parts) -> torch.Tensor:
         """``[T, B, D]`` in the rows' dtype, pooled as ``nn.EmbeddingBag`` pools each table: its
