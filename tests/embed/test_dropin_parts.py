@@ -168,11 +168,11 @@ def test_bag_concat_pools_as_the_bags_batch_after_batch_whatever_the_bag_sizes()
     module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
     assert isinstance(module._groups[0].kernel, BagConcat)
     batches = [_inputs(bags, batch=5, seed=s) for s in (0, 0, 1, 2, 0)]  # sizes repeat, change
-    for ids, offs in batches:
+    for ids, offs in batches:  # per bag, then in the TBE layout (its per-id shift kept)
         with torch.no_grad():
             want = [bag(i, o) for bag, i, o in zip(bags, ids, offs, strict=True)]
-        got = module(ids, offs)
-        assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+        for got in (module(ids, offs), module(*_flat(ids, offs, 5))):
+            assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
 
 
 @pytest.mark.parametrize("with_offsets", [False, True])
