@@ -67,7 +67,8 @@ def peers_html(bench: Mapping[str, Any] | None) -> str:
         "brackets and, in round ones, its speedup over the fastest peer of that setting (above "
         "1× is faster; the fastest variant in bold). GB/s = MB per batch (the bytes the batch "
         "must move) / ms; each variant's GB/s and its share of the copy bandwidth measured at "
-        "that thread count are in report.json. Every variant's output was checked equal to the "
+        "that thread count are in report.json, with what input each variant was given (the TBE "
+        "layout, per bag or a KeyedJaggedTensor). Every variant's output was checked equal to the "
         "reference before timing."
     )
     table = table_html([*SETTING, *names], rows, caption=caption, bold=bold, left_cols=4)
@@ -93,11 +94,23 @@ def _provenance(bench: Mapping[str, Any]) -> str:
         f"{m.get('cpu', '?')} ({m.get('cpus', '?')} cores; torch {m.get('torch', '?')}, "
         f"fbgemm-gpu-cpu {m.get('fbgemm_gpu', '?')}, torchrec {m.get('torchrec', '?')}), in one "
         f"sitting, {bench.get('calls', '?')} interleaved calls per variant over "
-        f"{bench.get('inputs', '?')} rotating batches; 1-minute load average {load}. Tables "
+        f"{bench.get('inputs', '?')} rotating batches{_builds(bench)}; 1-minute load average "
+        f"{load}. Tables "
         f"capped at {bench.get('rows_cap', 0):,} rows each ({shapes}), sum pooling."
         + _hot_note(settings)
         + " Bundled with the package, not rerun by the report."
         + _busy_note(bench)
+    )
+
+
+def _builds(bench: Mapping[str, Any]) -> str:
+    """How often every variant was built anew (fresh rows, drop-ins measuring anew)."""
+    builds = int(bench.get("builds", 1))
+    if builds < 2:
+        return ""
+    return (
+        f", each variant built {builds} times anew (rows of its own in new memory, a drop-in "
+        "that measures anew) and its calls pooled over the builds"
     )
 
 
