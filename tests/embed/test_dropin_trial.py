@@ -37,6 +37,17 @@ def _batch(bags: list[nn.EmbeddingBag], seed: int) -> tuple[list[torch.Tensor], 
     return ids, offs
 
 
+def _roads_timed_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first forward's roads timed 1, 1.1, 1.2 ms in the order the drop-in lists them."""
+    first = itertools.cycle([1e-3, 1.1e-3, 1.2e-3])
+
+    def timed(fn: object, inputs: list[object], *_: object, **__: object) -> list[float]:
+        fn(inputs[0])  # type: ignore[operator]
+        return [next(first)]
+
+    monkeypatch.setattr(dropin_choice, "time_calls", timed)
+
+
 def _road(kernel: str, ms: float) -> Road:
     return Road(KernelChoice(kernel=kernel, source="measured"), object(), ms)  # type: ignore[arg-type]
 
@@ -65,15 +76,7 @@ def test_auto_confirms_its_first_pick_on_the_next_forwards_and_caches_the_verdic
         "measured_choice",
         lambda *a, **k: replace(real(*a, **k), kernel="torch", timed=()),
     )
-    first = iter(itertools.cycle([1e-3, 1.1e-3, 1.2e-3]))  # torch, bag-concat, bag-list
-
-    def timed(
-        fn: object, inputs: list[object], reps: int, device: object, warmup: int
-    ) -> list[float]:
-        fn(inputs[0])  # type: ignore[operator]
-        return [next(first)]
-
-    monkeypatch.setattr(dropin_choice, "time_calls", timed)
+    _roads_timed_in_order(monkeypatch)  # torch, bag-concat, bag-list
     trial_ms = {"torch": 3.0, "bag-concat": 2.0, "bag-list": 1.0}
     now = [0.0]
     bags = _bags()
@@ -117,15 +120,7 @@ def test_auto_confirms_its_first_pick_on_the_next_forwards_and_caches_the_verdic
 def test_confirm_zero_keeps_the_first_pick_and_a_rebuild_ends_a_trial(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    first = iter(itertools.cycle([1e-3, 1.1e-3, 1.2e-3]))
-
-    def timed(
-        fn: object, inputs: list[object], reps: int, device: object, warmup: int
-    ) -> list[float]:
-        fn(inputs[0])  # type: ignore[operator]
-        return [next(first)]
-
-    monkeypatch.setattr(dropin_choice, "time_calls", timed)
+    _roads_timed_in_order(monkeypatch)
     winner = KernelChoice(kernel="torch", source="measured", note="torch first")
     monkeypatch.setattr(dropin_choice, "measured_choice", lambda *a, **k: winner)
     bags = _bags()
