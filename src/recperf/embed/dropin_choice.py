@@ -261,15 +261,18 @@ def _whole_rivals(
     choice: KernelChoice, group: Group, lookup: Lookup, kernel: EmbeddingKernel
 ) -> list[tuple[Timed, EmbeddingKernel]]:
     """Every other kernel ``measured_choice`` timed that pools no per-table inputs (FBGEMM's
-    TBE, the reference; with hot rows the kernels that remap them), built as it was timed and
-    checked to pool what the winner pools: on the first batch's warm rows it may have lost
-    by little, and it runs on the TBE layout as it was timed."""
+    TBE, the reference; with hot rows the kernels that remap them), with the options it was
+    fastest with, built as it was timed and checked to pool what the winner pools: on the
+    first batch's warm rows it may have lost by little, and it runs on the TBE layout as it
+    was timed."""
     want = kernel(lookup)
     tol = max(RTOL[group.tables.row_format], 1e-5)
     out = []
-    for t in choice.timed:
-        if t.kernel == choice.kernel or kernel_traits(t.kernel).parts:
+    seen = {choice.kernel}
+    for t in choice.timed:  # fastest first: each kernel once, at its fastest options
+        if t.kernel in seen or kernel_traits(t.kernel).parts:
             continue
+        seen.add(t.kernel)
         rival = build(KernelChoice(kernel=t.kernel, params=t.params), group.tables, group.hot_rows)
         got = rival(lookup)
         if torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max() + 1)):

@@ -8,7 +8,9 @@ uniform ids, 20% slower (issue 27). Where other kernels came within ``TRIAL_MARG
 winner on the drop-in's roads, the next forwards run them in turn on the batches the caller
 sends, each forward timed whole, ``DropInConfig.confirm`` forwards each; the kernel with the
 fastest median then runs from on, and the autotune cache holds it. The trial costs no extra
-work: every forward pools its batch, only with a kernel that may be slower."""
+work: every forward pools its batch, only with a kernel that may be slower. The kernels on
+trial keep their layouts until it ends (``bag-concat``'s stacked copy of the rows, the
+reference's float32 copy): for a few forwards, the memory the first forward's timing held."""
 
 from __future__ import annotations
 
