@@ -1,7 +1,8 @@
 """``bag-concat``: one ``embedding_bag`` over the float tables stacked row-wise (the fastest float
 peer on a CPU in issue 18), as a kernel ``auto`` can pick. Each table's ids are shifted by its
-first row on the way into one new id buffer (``shifted_ids``): on a CPU one numpy add a table,
-reading each id once and writing it once."""
+first row on the way into one new id buffer: per-table inputs by ``shifted_ids`` (on a CPU one
+numpy add a table, reading each id once and writing it once), a TBE-layout batch on a CPU by one
+numpy add of a per-id shift kept while the tables' id counts repeat."""
 
 from __future__ import annotations
 
@@ -50,9 +51,9 @@ def numpy_shift(
     """``shifted_ids`` on a CPU: the ids by one numpy add a table into one new buffer, so each
     is read once and written once (a ``cat`` then an in-place add of a per-id shift reads them
     three times, and torch's int64 add multiplies by its ``alpha`` element by element: 55 us
-    on ``mlperf``'s 110k ids against numpy's 19 us, hot in cache); the offsets as
-    ``torch_shift`` makes them, a few dispatches whatever the tables (one numpy add a table
-    cost 70 us on ``mlperf``'s 26, this ~15 us; issue 27)."""
+    on ``mlperf``'s 110k ids against numpy's 19 us, hot in cache; issue 27); the offsets by
+    ``tbe_offsets``, a few dispatches whatever the tables (on ``mlperf``'s 26 tables, between
+    pooling calls, 79 us a call, as long as one numpy add a table took)."""
     sizes = [int(x.shape[0]) for x in ids]
     out = torch.empty(sum(sizes), dtype=torch.int64)
     to, pos = out.numpy(), 0
