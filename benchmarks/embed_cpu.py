@@ -487,11 +487,8 @@ def settle(peers: Sequence[Peer], modules: Sequence[Any]) -> list[int]:
 PEERS_BY_FORMAT: dict[str, tuple[str, ...]] = {
     "fp32": ("bags", "concat", "concat-per-bag", "tbe", "split", "ebc"),
     "fp16": ("bags", "concat", "concat-per-bag", "tbe", "ebc"),
-    "bf16": (
-        "bags",
-        "concat",
-        "concat-per-bag",
-    ),  # FBGEMM 1.8 reads no bf16 rows; TorchRec's EBC makes fp16
+    # FBGEMM 1.8 reads no bf16 rows; TorchRec's EBC makes fp16 of them
+    "bf16": ("bags", "concat", "concat-per-bag"),
     "fp8": ("tbe",),
     "int8": ("tbe", "qebc"),
     "int4": ("tbe", "qebc"),
