@@ -276,14 +276,21 @@ def check_range(
     """Raise ConfigError naming ``name`` and the allowed range unless ``value`` is a finite
     number (not a bool) within it: the one finite-number rule for flags, TOML, specs and
     catalogs alike (NaN compares false with every bound, so it is checked first)."""
-    lo_s = "-inf" if lo is None else f"{lo:g}"
-    hi_s = "inf" if hi is None else f"{hi:g}"
-    bracket = "(" if lo_open else "["
-    allowed = f"{bracket}{lo_s}, {hi_s}]"
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ConfigError(f"{name} = {value!r}: expected a finite number in {allowed}")
+        raise ConfigError(f"{name} = {value!r}: expected a finite number in "
+                          f"{_allowed(lo, hi, lo_open)}")  # fmt: skip
     bad = (lo is not None and (value <= lo if lo_open else value < lo)) or (
         hi is not None and value > hi
     )
     if bad:
-        raise ConfigError(f"{name} = {value!r} is outside the allowed range {allowed}")
+        raise ConfigError(
+            f"{name} = {value!r} is outside the allowed range {_allowed(lo, hi, lo_open)}"
+        )
+
+
+def _allowed(lo: float | None, hi: float | None, lo_open: bool) -> str:
+    """The range as errors name it, ``[lo, hi]`` or ``(lo, hi]`` (made only on a failure: the
+    check runs on every embedding call)."""
+    lo_s = "-inf" if lo is None else f"{lo:g}"
+    hi_s = "inf" if hi is None else f"{hi:g}"
+    return f"{'(' if lo_open else '['}{lo_s}, {hi_s}]"
