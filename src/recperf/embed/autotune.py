@@ -16,7 +16,7 @@ import torch
 
 from recperf.core.errors import ConfigError, RecperfError
 from recperf.core.results import atomic_path
-from recperf.embed.kernels.base import KERNELS, RTOL, EmbeddingKernel, Lookup, Tables
+from recperf.embed.kernels.base import KERNELS, EmbeddingKernel, Lookup, Tables, pools_alike
 from recperf.embed.timing import median_s, time_calls
 
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache"))) / "recperf"
@@ -107,10 +107,7 @@ def _build_checked(
         got = kernel(lookup)
     except (RecperfError, RuntimeError, ValueError) as exc:  # e.g. a block too big for the GPU
         return f"failed: {exc}".splitlines()[0]
-    tol = max(RTOL[tables.row_format], 1e-5)
-    if got.shape != want.shape or not torch.allclose(
-        got.float(), want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)
-    ):
+    if not pools_alike(got, want, tables.row_format):
         return "wrong result"
     return kernel
 

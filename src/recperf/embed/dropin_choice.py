@@ -26,7 +26,6 @@ from recperf.embed.kernel_choice import (
     takes_hot_rows,
 )
 from recperf.embed.kernels.base import (
-    RTOL,
     EmbeddingKernel,
     Lookup,
     Parts,
@@ -36,6 +35,7 @@ from recperf.embed.kernels.base import (
     check_reads,
     kernel_traits,
     kernels_for,
+    pools_alike,
 )
 from recperf.embed.timing import time_calls
 
@@ -243,7 +243,6 @@ def _parts_rivals(
     """Every other kernel that pools per-table inputs of these rows (no hot rows), built and
     checked to pool what the winner pools."""
     want = kernel(lookup).transpose(0, 1)
-    tol = max(RTOL[tables.row_format], 1e-5)
     out: list[tuple[str, EmbeddingKernel]] = []
     for n in kernels_for(tables.row_format, tables.device.type):
         if n == winner or not kernel_traits(n).parts or kernel_traits(n).hot_rows:
@@ -251,8 +250,7 @@ def _parts_rivals(
         rival = build_kernel(n, None, tables)
         if not isinstance(rival, PartsKernel):
             continue
-        got = rival.pool_parts(parts).float()
-        if torch.allclose(got, want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)):
+        if pools_alike(rival.pool_parts(parts), want, tables.row_format):
             out.append((n, rival))
     return out
 
@@ -266,7 +264,6 @@ def _whole_rivals(
     first batch's warm rows it may have lost by little, and it runs on the TBE layout as it
     was timed."""
     want = kernel(lookup)
-    tol = max(RTOL[group.tables.row_format], 1e-5)
     out = []
     seen = {choice.kernel}
     for t in choice.timed:  # fastest first: each kernel once, at its fastest options
@@ -274,8 +271,7 @@ def _whole_rivals(
             continue
         seen.add(t.kernel)
         rival = build(KernelChoice(kernel=t.kernel, params=t.params), group.tables, group.hot_rows)
-        got = rival(lookup)
-        if torch.allclose(got, want, rtol=tol, atol=tol * float(want.abs().max() + 1)):
+        if pools_alike(rival(lookup), want, group.tables.row_format):
             out.append((t, rival))
     return out
 

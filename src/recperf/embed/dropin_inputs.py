@@ -5,7 +5,6 @@ it) turned into the TBE layout of one ``Lookup``, checked as the original module
 
 from __future__ import annotations
 
-import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,7 @@ import torch
 from torch import nn
 
 from recperf.core.errors import ConfigError
-from recperf.embed.kernels.base import DTYPES, Lookup, Parts, Pooling, Tables, bag_starts
+from recperf.embed.kernels.base import DTYPES, Lookup, Parts, Pooling, Tables, tbe_offsets
 from recperf.embed.kernels.formats import INTEGER_FORMATS
 
 
@@ -294,8 +293,6 @@ def to_lookup(parts: Sequence[Part], batch: int) -> Lookup:
             per_sample_weights=None if p.weights is None else p.weights.to(torch.float32),
         )
     sizes = [p.ids.numel() for p in parts]
-    bases = torch.tensor([0, *itertools.accumulate(sizes)], dtype=torch.int64, device=dev)
-    starts = bag_starts([p.offsets for p in parts], batch) + bases[:-1].view(-1, 1)
     weights = None
     if any(p.weights is not None for p in parts):
         weights = torch.cat(
@@ -306,7 +303,7 @@ def to_lookup(parts: Sequence[Part], batch: int) -> Lookup:
         )
     return Lookup(
         indices=torch.cat([p.ids for p in parts]),
-        offsets=torch.cat([starts.view(-1), bases[-1:]]),
+        offsets=tbe_offsets([p.offsets for p in parts], sizes, batch),
         batch_size=batch,
         per_sample_weights=weights,
     )

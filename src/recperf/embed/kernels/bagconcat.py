@@ -20,8 +20,8 @@ from recperf.embed.kernels.base import (
     Lookup,
     Parts,
     Tables,
-    bag_starts,
     check_tables_match,
+    tbe_offsets,
 )
 from recperf.embed.kernels.formats import FLOAT_DTYPES
 
@@ -75,17 +75,6 @@ def torch_shift(
     out = torch.cat([x.long() for x in ids])
     torch._foreach_add_(list(torch.split(out, sizes))[1:], list(first[1:]))
     return out, None if offsets is None else tbe_offsets(offsets, sizes, batch)
-
-
-def tbe_offsets(offsets: Sequence[torch.Tensor], sizes: Sequence[int], batch: int) -> torch.Tensor:
-    """Each table's ``batch`` bag starts (into its own ``sizes[t]`` ids) shifted by its first
-    id in the concatenated ids, and the end: TBE offsets ``[T * batch + 1]``, int64."""
-    dev = offsets[0].device
-    offs = torch.empty(len(sizes) * batch + 1, dtype=torch.int64, device=dev)
-    bases = torch.tensor([0, *itertools.accumulate(sizes)][:-1], device=dev).view(-1, 1)
-    torch.add(bag_starts(offsets, batch), bases, out=offs[:-1].view(len(sizes), batch))
-    offs[-1:].fill_(sum(sizes))
-    return offs
 
 
 @KERNELS.register(

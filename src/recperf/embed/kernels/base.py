@@ -273,6 +273,27 @@ def bag_starts(offsets: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
     return torch.stack([o[:batch] for o in offsets])
 
 
+def tbe_offsets(offsets: Sequence[torch.Tensor], sizes: Sequence[int], batch: int) -> torch.Tensor:
+    """Each table's ``batch`` bag starts (into its own ``sizes[t]`` ids) shifted by its first
+    id in the tables' ids concatenated, and the end: TBE offsets ``[T * batch + 1]``, int64,
+    in a few dispatches whatever T."""
+    dev = offsets[0].device
+    offs = torch.empty(len(sizes) * batch + 1, dtype=torch.int64, device=dev)
+    bases = torch.tensor([0, *itertools.accumulate(sizes)][:-1], device=dev).view(-1, 1)
+    torch.add(bag_starts(offsets, batch), bases, out=offs[:-1].view(len(sizes), batch))
+    offs[-1:].fill_(sum(sizes))
+    return offs
+
+
+def pools_alike(got: torch.Tensor, want: torch.Tensor, fmt: str) -> bool:
+    """Whether two kernels' pooled outputs of ``fmt`` rows agree: the same shape, and equal
+    within ``RTOL[fmt]`` (at least 1e-5) of the larger output's magnitude."""
+    tol = max(RTOL[fmt], 1e-5)
+    return got.shape == want.shape and torch.allclose(
+        got.float(), want.float(), rtol=tol, atol=tol * float(want.abs().max() + 1)
+    )
+
+
 def parts_of(lookup: Lookup) -> Parts:
     """``lookup`` as per-table inputs (views of its ids; one host copy of the table bounds)."""
     b = lookup.batch_size
