@@ -222,6 +222,7 @@ def test_auto_times_a_winner_on_the_tbe_layout_against_parts_kernels_on_the_drop
         fn: object, inputs: list[object], reps: int, device: object, warmup: int
     ) -> list[float]:
         i, pos = divmod(len(calls), 3)  # round i runs roads i, i + 1, i + 2 (mod 3)
+        assert (reps, warmup) == (1, 1)  # each timed call right after an untimed one
         calls.append(fn(inputs[0]))  # type: ignore[operator]
         return [seconds[(i + pos) % 3]]
 
@@ -237,9 +238,9 @@ def test_auto_times_a_winner_on_the_tbe_layout_against_parts_kernels_on_the_drop
     got = module(*_flat(ids, offs, 4)) if flat else module(ids, offs)
     (choice,) = module.choices
     assert (choice.kernel, choice.source) == (want, "measured")
-    assert len(calls) == 3 * (dropin_choice.MEASURE_REPS + 1)
+    assert len(calls) == 3 * dropin_choice.MEASURE_REPS
     assert all(c.shape == (3, 4, 5) and c.dtype == torch.float16 for c in calls)
-    timed_flat = 2 * (dropin_choice.MEASURE_REPS + 1)  # the two parts kernels' roads
+    timed_flat = 2 * dropin_choice.MEASURE_REPS  # the two parts kernels' roads
     assert len(lookups) == (timed_flat + (want != "torch") if flat else 0)
     if want != "torch":
         layout = " (the inputs in the TBE layout), " if flat else ", "

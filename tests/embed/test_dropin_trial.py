@@ -86,16 +86,16 @@ def test_auto_confirms_its_first_pick_on_the_next_forwards_and_caches_the_verdic
 
     reads = itertools.count()
 
-    def clock() -> float:  # each forward (start read, end read) lasts its kernel's entry
+    def clock() -> float:  # each timed forward (start read, end read) lasts its kernel's entry
         trial = module._trials[0]
-        k = trial.calls % len(trial.roads)
+        k = trial.calls // 2 % len(trial.roads)
         if next(reads) % 2:
             now[0] += trial_ms[trial.roads[k].choice.kernel] * 1e-3
         return now[0]
 
     monkeypatch.setattr(dropin_trial, "_clock", clock)
     ran = []
-    for seed in range(8):
+    for seed in range(14):
         ids, offs = _batch(bags, seed)
         got = module(ids, offs)
         ran.append(module.choices[0].kernel)
@@ -103,12 +103,15 @@ def test_auto_confirms_its_first_pick_on_the_next_forwards_and_caches_the_verdic
             for a, bag, i, o in zip(got, bags, ids, offs, strict=True):
                 torch.testing.assert_close(a, bag(i, o))
         if seed == 1:
-            assert "on trial with torch, bag-concat, bag-list" in module.describe()[0]["note"]
-    assert ran == ["torch", "torch", "bag-concat", "bag-list", "torch", "bag-concat",
-                   "bag-list", "bag-list"]  # fmt: skip
+            note = module.describe()[0]["note"]
+            assert "on trial with torch, bag-concat, bag-list over real forwards (1 of 12" in note
+    # the first forward, then two in a row each (the second timed), twice, then the verdict
+    turns = ["torch", "torch", "bag-concat", "bag-concat", "bag-list", "bag-list"]
+    assert ran == ["torch", *turns, *turns, "bag-list"]
     (choice,) = module.choices
     assert choice.kernel == "bag-list" and not module.on_trial
-    want = "confirmed on the 6 forwards after the first (2 each, medians): bag-list 1.000 ms, "
+    want = "confirmed on the 12 forwards after the first (2 timed each, each after one of its "
+    want += "own; medians): bag-list 1.000 ms, "
     assert want + "bag-concat 2.000 ms, torch 3.000 ms" in choice.note
     assert "on the first forward's batch torch won" in choice.note
     (entry,) = json.loads(cache.read_text()).values()
@@ -180,7 +183,7 @@ def test_forwards_from_several_threads_during_a_trial_pool_right(
                                                                 confirm=4))  # fmt: skip
     module(*_batch(bags, 0))
     assert module.on_trial
-    batches = [_batch(bags, s) for s in range(24)]
+    batches = [_batch(bags, s) for s in range(27)]
     errors: list[BaseException] = []
 
     def work(part: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> None:
@@ -199,4 +202,4 @@ def test_forwards_from_several_threads_during_a_trial_pool_right(
     for t in threads:
         t.join()
     assert not errors and not module.on_trial
-    assert "confirmed on the 12 forwards after the first" in module.choices[0].note
+    assert "confirmed on the 24 forwards after the first" in module.choices[0].note

@@ -12,7 +12,7 @@ import torch
 
 from recperf.core.errors import ConfigError
 from recperf.embed.autotune import TuneResult
-from recperf.embed.kernel_choice import in_place_tie, measured_choice
+from recperf.embed.kernel_choice import PAIRED, in_place_tie, measured_choice
 from recperf.embed.kernels import KERNELS, Lookup, Tables, make_lookup
 from recperf.embed.kernels.base import KernelTraits, kernel_traits, kernels_for
 from recperf.embed.kernels.reference import TorchReference
@@ -69,7 +69,7 @@ def test_measured_choice_times_every_cpu_kernel_and_caches_the_winner(
     # every correct candidate is named with its time, the slow one after the winner
     assert "test-slow " in note and note.index("test-slow") > note.index(choice.kernel)
     again = measured_choice(tables, lookups, None, cache=cache, reps=3)
-    assert note.endswith("(each the fastest of 3 interleaved rounds)")
+    assert note.endswith(f"(each the fastest of 3 interleaved rounds, {PAIRED})")
     assert (again.kernel, again.source) == (choice.kernel, "autotune cache")
     assert again.note.startswith(note.rsplit(" (each", 1)[0]) and str(cache) in again.note
 

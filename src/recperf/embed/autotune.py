@@ -131,18 +131,22 @@ def _time_one(
 def interleaved_s(
     kernels: Sequence[EmbeddingKernel], lookups: Sequence[Lookup], reps: int, device: torch.device
 ) -> list[float]:
-    """Seconds per batch of each kernel: the fastest of ``reps`` rounds after one warm-up
-    round, in each of which every kernel runs once on the same batch, the first of the round
-    rotating. On a shared machine a neighbour's burst only ever adds time, and with the few
-    rounds a first call can afford the fastest is a steadier estimate than the median (measured
-    here under a load of 8 on 2 cores: medians of the same kernel 1.8-8 ms, minimums 1.2-1.3)."""
+    """Seconds per batch of each kernel: the fastest of ``reps`` rounds, in each of which every
+    kernel runs twice in a row on the same batch and the second call is timed, the first of
+    the round rotating. On a shared machine a neighbour's burst only ever adds time, and with
+    the few rounds a first call can afford the fastest is a steadier estimate than the median
+    (measured here under a load of 8 on 2 cores: medians of the same kernel 1.8-8 ms, minimums
+    1.2-1.3). Timed right after another kernel, a kernel found the rows that one had read warm
+    where both read the same rows (on float32 rows the reference and ``bag-list`` read the
+    tables in place) and cold where it reads a copy of its own: timed so, ``bag-list`` won by
+    6-15% on ``paper`` fp32 and then ran 7% slower than ``bag-concat`` (issue 27). After a call
+    of its own, each finds the caches as it leaves them."""
     times: list[list[float]] = [[] for _ in kernels]
-    for i in range(reps + 1):
+    for i in range(reps):
         for j in range(len(kernels)):
             k = (i + j) % len(kernels)
-            t = time_calls(kernels[k], [lookups[i % len(lookups)]], 1, device, warmup=0)[0]
-            if i:
-                times[k].append(t)
+            batch = [lookups[i % len(lookups)]]
+            times[k].append(time_calls(kernels[k], batch, 1, device, warmup=1)[0])
     return [min(t) for t in times]
 
 

@@ -16,6 +16,7 @@ from recperf.embed.autotune import record_winner
 from recperf.embed.dropin_config import NO_HOT, DropInConfig
 from recperf.embed.kernel_choice import (
     AUTO,
+    PAIRED,
     REFERENCE,
     KernelChoice,
     Timed,
@@ -210,10 +211,10 @@ def _by_road(
     if len(entries) == 1:
         return [Road(choice, kernel, float("nan"))]
     best = [float("inf")] * len(entries)
-    for i in range(MEASURE_REPS + 1):  # interleaved, the first of a round rotating
-        for k in (j % len(entries) for j in range(i, i + len(entries))):
-            t = time_calls(entries[k][3], [None], 1, group.tables.device, warmup=0)[0]
-            best[k] = min(best[k], t) if i else best[k]  # round 0 warms up
+    for i in range(MEASURE_REPS):  # interleaved as autotune.interleaved_s: each call timed
+        for k in (j % len(entries) for j in range(i, i + len(entries))):  # after one of its own
+            t = time_calls(entries[k][3], [None], 1, group.tables.device, warmup=1)[0]
+            best[k] = min(best[k], t)
     ms = [b * 1e3 for b in best]
     out = []
     for k in sorted(range(len(entries)), key=ms.__getitem__):
@@ -228,7 +229,7 @@ def _by_road(
             + (" (the inputs in the TBE layout), " if flat else ", ")
             + f"{choice.kernel} {ms[0]:.3f} ms on its road"
             + (f", {others}" if others else "")
-            + f" (the fastest of {MEASURE_REPS} interleaved rounds); on the TBE layout "
+            + f" (the fastest of {MEASURE_REPS} interleaved rounds, {PAIRED}); on the TBE layout "
             f"alone: {choice.note}"
         )
         road = KernelChoice(kernel=name, params=params, source="measured", note=note,

@@ -43,9 +43,10 @@ class DropInConfig:
     confirm: int = 3
     """For ``auto`` measuring on the first forward: where other kernels came within 50% of
     that batch's winner, the next forwards run each of them (up to 4) in turn on the batches
-    given, ``confirm`` forwards each, and the fastest median runs from then on (and is
-    cached): one batch timed a few times, its rows warm, can rank kernels otherwise than
-    batches in use do (``dropin_trial``). 0: the first forward's winner stays."""
+    given, two forwards in a row each turn with the second timed, ``confirm`` timed forwards
+    each, and the fastest median runs from then on (and is cached): one batch timed a few
+    times, its rows warm, can rank kernels otherwise than batches in use do
+    (``dropin_trial``). 0: the first forward's winner stays."""
     cache: Path | None = AUTOTUNE_CACHE
     """The autotune cache ``auto`` reads and ``tune`` and ``measure`` write (None: none)."""
     batch_size: int | None = None

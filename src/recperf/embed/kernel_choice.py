@@ -216,7 +216,7 @@ def measured_choice(
     if result.cached:
         note += f" (measured before, cached in {cache})"
     else:
-        note += f" (each the fastest of {reps} interleaved rounds)"
+        note += f" (each the fastest of {reps} interleaved rounds, {PAIRED})"
     note += skipped
     kernel, params = result.kernel, result.params
     key = "" if cache is None else cache_key(tables, lookups, trace, names)
@@ -244,6 +244,8 @@ def timed_of(result: TuneResult) -> tuple[Timed, ...]:
     return tuple(sorted(timed, key=lambda t: t.ms))
 
 
+PAIRED = "the second of two calls in a row timed"
+"""How ``measured_choice`` and the drop-in's roads time a kernel's call (``interleaved_s``)."""
 IN_PLACE_TIE = 0.05
 """How close (relative) a kernel reading fp16/bf16/fp8 rows in their own format must come to a
 winner that reads float32 copies of them (``reads_fp32``: 2-4x their memory) to be chosen

@@ -140,7 +140,8 @@ class Tables:
         return FLOAT_DTYPES.get(self.row_format, torch.float32)
 
     def dequantized(self, t: int) -> torch.Tensor:
-        """Table ``t``'s rows as float32 ``[rows, D]`` (a new tensor)."""
+        """Table ``t``'s rows as float32 ``[rows, D]`` (``dequantize``: float32 rows as they
+        are, others a new tensor)."""
         sb = None if self.scale_bias is None else self.scale_bias[t]
         return dequantize(self.weights[t], sb, self.row_format)
 

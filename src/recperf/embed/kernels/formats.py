@@ -86,7 +86,8 @@ def scales(scale_bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def dequantize(weight: torch.Tensor, scale_bias: torch.Tensor | None, fmt: str) -> torch.Tensor:
-    """float32 ``[rows, D]`` values of a table's rows (a new tensor)."""
+    """float32 ``[rows, D]`` values of a table's rows (a new tensor, but float32 rows as
+    they are)."""
     if fmt in FLOAT_DTYPES:
         return weight.float()
     if fmt == "fp8":

@@ -19,8 +19,8 @@ TRAITS = KernelTraits(
 
 @KERNELS.register("torch", traits=TRAITS)
 class TorchReference:
-    """One ``embedding_bag`` per table over float32 copies of the weights (made once, every row
-    format dequantized); it takes no options."""
+    """One ``embedding_bag`` per table over the float32 weights (float32 rows read in place;
+    every other row format dequantized into a copy, made once); it takes no options."""
 
     name: str
 
