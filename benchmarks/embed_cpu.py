@@ -469,18 +469,31 @@ def dropin_auto(st: Stage) -> tuple[list[Peer], list[Any]]:
     ], [module, flat_module]
 
 
+SETTLE_ROUNDS = 200
+"""The most rounds ``settle`` runs (a trial of 4 kernels, 3 timed forwards each: 24)."""
+
+
 def settle(peers: Sequence[Peer], modules: Sequence[Any]) -> list[int]:
-    """Each drop-in called on its batches in turn until its first pick is confirmed (its
-    trial over: ``DropInConfig.confirm``), as a model's first batches would; the calls each
-    made. The interleaved timing then measures the kernel each settled on, as the peers are
-    measured after their warm-up."""
-    calls = []
-    for p, module in zip(peers, modules, strict=True):
-        n = 0
-        while module.on_trial:
-            p.fn(p.inputs[n % len(p.inputs)])
-            n += 1
-        calls.append(n)
+    """Every variant called in turn on the round's batch, in a new seeded order each round (as
+    ``interleaved_samples`` times them), until each drop-in module's first pick is confirmed
+    (its trial over: ``DropInConfig.confirm``), as a model's first batches would; the calls
+    each module made on trial. A drop-in's trial thus times its kernels amid the other
+    variants' calls, as the timing then runs it, not in a loop of its own. The interleaved
+    timing then measures the kernel each settled on, as the peers are measured after their
+    warm-up."""
+    rng = random.Random(1)
+    calls = [0] * len(modules)
+    for i in range(SETTLE_ROUNDS):
+        trying = [m.on_trial for m in modules]
+        if not any(trying):
+            break
+        calls = [c + t for c, t in zip(calls, trying, strict=True)]
+        order = list(range(len(peers)))
+        rng.shuffle(order)
+        for k in order:
+            peers[k].fn(peers[k].inputs[i % len(peers[k].inputs)])
+    else:
+        raise RuntimeError(f"settle: a drop-in still on trial after {SETTLE_ROUNDS} rounds")
     return calls
 
 
@@ -499,11 +512,10 @@ PEERS_BY_FORMAT: dict[str, tuple[str, ...]] = {
 @dataclass(frozen=True, slots=True)
 class Built:
     """A setting's variants, what ``measured_choice`` picked, and the drop-in modules (the
-    per-bag one first) with their variants."""
+    per-bag one first)."""
 
     peers: list[Peer]
     auto: KernelChoice
-    dropins: list[Peer]
     modules: list[Any]
 
 
@@ -529,7 +541,7 @@ def build_peers(st: Stage, trace: str) -> Built:
         copied = KERNELS.build("fbgemm-tbe", {"copy_rows": True}, tables)
         head.append(Peer(COPIED, copied, list(lookups), lambda y: y))
     peers = head + [make[k]() for k in PEERS_BY_FORMAT[st.fmt]]
-    return Built(peers, choice, dropin, modules)
+    return Built(peers, choice, modules)
 
 
 def padded(tables: Tables) -> bool:
@@ -702,7 +714,7 @@ def build_setting(st: Stage, trace_name: str) -> Build:
     equal to the reference (the drop-ins measure there), the drop-ins settled."""
     built = build_peers(st, trace_name)
     errors = check_peers(built.peers, st.tables, st.lookups[0])
-    settled = settle(built.dropins, built.modules)
+    settled = settle(built.peers, built.modules)
     choices = {
         "auto_kernel": built.auto.kernel, "auto_note": built.auto.note,
         "dropin_choice": _described(built.modules[0]), "dropin_settle_calls": settled,

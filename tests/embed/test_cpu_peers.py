@@ -85,7 +85,7 @@ def test_every_peer_pools_what_the_reference_pools(bench: ModuleType, fmt: str) 
         assert set(errors) == RECPERF | PEERS[fmt] | extra
         assert built.auto.source == "measured" and built.auto.kernel in built.auto.note
         assert all(g["source"] == "measured" for m in built.modules for g in m.describe())
-        calls = bench.settle(built.dropins, built.modules)  # then the kernel each settled on
+        calls = bench.settle(built.peers, built.modules)  # then the kernel each settled on
         assert len(calls) == len(built.modules) and not any(m.on_trial for m in built.modules)
         # The second batch too: each peer's prepared inputs belong to their own batch.
         bound = magnitude(st.tables, lookups[1])
