@@ -434,6 +434,33 @@ def test_a_torchrec_module_takes_the_tbe_layout_as_its_kjt(weighted: bool) -> No
         module(kjt.values(), kjt.offsets()[:-1], w)
 
 
+def test_one_group_takes_the_tbe_layout_without_making_a_kjt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every feature in one group, in order (the short road): the collection's KeyedTensor
+    for the batch in the TBE layout, no ``KeyedJaggedTensor`` made on the way."""
+    from recperf.embed import dropin_torchrec
+
+    made: list[object] = []
+    real = dropin_torchrec.tbe_kjt
+    monkeypatch.setattr(dropin_torchrec, "tbe_kjt", lambda *a: made.append(a) or real(*a))
+    torch.manual_seed(5)
+    tables = [
+        EmbeddingBagConfig(name=f"t{i}", embedding_dim=4, num_embeddings=r, feature_names=[f"f{i}"])
+        for i, r in enumerate((7, 5))
+    ]
+    ebc = EmbeddingBagCollection(tables=tables, device=torch.device("cpu"))
+    module = EmbeddingBags.from_torchrec(ebc, kernel="bag-concat")
+    kjt = KeyedJaggedTensor.from_lengths_sync(
+        keys=["f0", "f1"], values=torch.tensor([6, 0, 2, 4, 1, 3]),
+        lengths=torch.tensor([2, 0, 1, 1, 2, 0]),
+    )  # fmt: skip
+    got = module(kjt.values(), kjt.offsets())
+    assert not made and got.keys() == ["f0", "f1"]
+    with torch.no_grad():
+        torch.testing.assert_close(got.values(), ebc(kjt).values(), rtol=1e-5, atol=1e-6)
+
+
 def test_unsupported_torchrec_modules_are_refused() -> None:
     from torchrec.modules.embedding_configs import EmbeddingConfig
     from torchrec.modules.embedding_modules import EmbeddingCollection

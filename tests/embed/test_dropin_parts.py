@@ -5,6 +5,8 @@ everything but the plain case."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -139,8 +141,20 @@ class Float32Parts(BagConcat):
         return super().pool_parts(parts).float()
 
 
+class WrongFlat(BagConcat):
+    """Pools right through a Lookup and per table, wrong on the drop-in's short road."""
+
+    def pool_flat(self, indices: torch.Tensor, offsets: torch.Tensor, batch: int) -> torch.Tensor:
+        return super().pool_flat(indices, offsets, batch) * 2
+
+
 @pytest.mark.parametrize(
-    ("cls", "message"), [(WrongParts, "pool_parts: at"), (Float32Parts, "pool_parts: dtype")]
+    ("cls", "message"),
+    [
+        (WrongParts, "pool_parts: at"),
+        (Float32Parts, "pool_parts: dtype"),
+        (WrongFlat, "pool_flat: at"),
+    ],
 )
 def test_check_kernel_holds_pool_parts_to_the_reference(cls: type, message: str) -> None:
     traits = KERNELS.entry("bag-concat").traits
@@ -228,10 +242,14 @@ def test_auto_times_a_winner_on_the_tbe_layout_against_parts_kernels_on_the_drop
 
     monkeypatch.setattr(dropin_choice, "time_calls", timed)
     lookups: list[object] = []
+    short: list[object] = []
     for cls in (BagConcat, BagList):  # which road each parts kernel is timed on
         road = cls.pool_lookup
         counted = lambda k, lk, r=road: lookups.append(lk) or r(k, lk)  # noqa: E731
         monkeypatch.setattr(cls, "pool_lookup", counted)
+        flat_road = cls.pool_flat
+        went = lambda k, *a, r=flat_road: short.append(a) or r(k, *a)  # noqa: E731
+        monkeypatch.setattr(cls, "pool_flat", went)
     bags = _bags(torch.float16, (False, True, False))
     module = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=None))
     ids, offs = _inputs(bags, batch=4, seed=0)
@@ -241,7 +259,8 @@ def test_auto_times_a_winner_on_the_tbe_layout_against_parts_kernels_on_the_drop
     assert len(calls) == 3 * dropin_choice.MEASURE_REPS
     assert all(c.shape == (3, 4, 5) and c.dtype == torch.float16 for c in calls)
     timed_flat = 2 * dropin_choice.MEASURE_REPS  # the two parts kernels' roads
-    assert len(lookups) == (timed_flat + (want != "torch") if flat else 0)
+    assert len(lookups) == (timed_flat if flat else 0)
+    assert len(short) == int(flat and want != "torch")  # then pooled on the short road
     if want != "torch":
         layout = " (the inputs in the TBE layout), " if flat else ", "
         assert f"on the drop-in's road{layout}torch " in choice.note
@@ -292,6 +311,37 @@ def test_the_tbe_layout_pools_as_the_per_bag_inputs(dtype: torch.dtype, kernel: 
                               _inputs(bags, 3, 3)[1], 3)  # fmt: skip
     with pytest.raises(ConfigError, match=r"indices\[0\]: id 13 is outside bags\[0\]'s rows"):
         debug(bad_ids, bad_offs)
+
+
+def test_a_settled_module_pools_an_unweighted_tbe_batch_on_the_short_road(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pool_flat`` once a call, the batch as it is; with weights or ``debug`` the long road
+    (cut per bag) pools the same; a batch the short road does not take is refused there."""
+    calls: list[object] = []
+    real = BagConcat.pool_flat
+    monkeypatch.setattr(BagConcat, "pool_flat", lambda k, *a: calls.append(a) or real(k, *a))
+    bags = _bags(torch.float16, (False, True, False))
+    module = EmbeddingBags.from_torch(bags, kernel="bag-concat")
+    ids, offs = _inputs(bags, batch=4, seed=0)
+    want = module(ids, offs)
+    flat_ids, flat_offs = _flat(ids, offs, 4)
+    got = module(flat_ids, flat_offs)  # gradients on: no graph recorded
+    assert len(calls) == 1 and all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert not any(t.requires_grad for t in got)
+    with torch.no_grad():
+        again = module(flat_ids, flat_offs)
+    assert len(calls) == 2 and all(torch.equal(a, b) for a, b in zip(again, want, strict=True))
+    weighted = module(flat_ids, flat_offs, torch.ones(flat_ids.numel()))
+    module.config = replace(module.config, debug=True)
+    checked = module(flat_ids, flat_offs)
+    assert len(calls) == 2
+    for out in (weighted, checked):
+        assert all(torch.equal(a, b) for a, b in zip(out, want, strict=True))
+    module.config = replace(module.config, debug=False)
+    with pytest.raises(ConfigError, match="indices: expected a 1-D int64 tensor"):
+        module(flat_ids.int(), flat_offs)
+    assert len(calls) == 2
 
 
 def test_the_tbe_layout_refuses_what_it_cannot_cut() -> None:

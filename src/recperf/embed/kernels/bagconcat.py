@@ -115,17 +115,23 @@ class BagConcat:
         """``[T, B, D]`` in the rows' dtype: the concatenated ids shifted by their tables' first
         rows (``shifted_ids``), one ``embedding_bag``."""
         check_tables_match(self.tables, lookup)
-        b = lookup.batch_size
-        ids = lookup.indices
-        if self.tables.num_tables > 1:
-            starts = lookup.offsets[::b].tolist()  # one host copy: each table's slice of the ids
-            bounds = list(itertools.pairwise(starts))
-            shift = self._shift_for(tuple(e - s for s, e in bounds), ids.device)
-            if shift is not None:  # one add over all the ids
-                ids = torch.from_numpy(np.add(ids.numpy(), shift))
-            else:
-                ids = shifted_ids([ids[s:e] for s, e in bounds], self._first)[0]
-        return self._pool(ids, lookup.offsets, lookup.per_sample_weights, b)
+        ids = self._shifted(lookup.indices, lookup.offsets, lookup.batch_size)
+        return self._pool(ids, lookup.offsets, lookup.per_sample_weights, lookup.batch_size)
+
+    def pool_flat(self, indices: torch.Tensor, offsets: torch.Tensor, batch: int) -> torch.Tensor:
+        """``pool_lookup`` of an unweighted batch the caller checked (``PartsKernel``)."""
+        return self._pool(self._shifted(indices, offsets, batch), offsets, None, batch)
+
+    def _shifted(self, ids: torch.Tensor, offsets: torch.Tensor, batch: int) -> torch.Tensor:
+        """A TBE-layout batch's ids, each shifted by its table's first row."""
+        if self.tables.num_tables == 1:
+            return ids
+        starts = offsets[::batch].tolist()  # one host copy: each table's slice of the ids
+        bounds = list(itertools.pairwise(starts))
+        shift = self._shift_for(tuple(e - s for s, e in bounds), ids.device)
+        if shift is not None:  # one add over all the ids
+            return torch.from_numpy(np.add(ids.numpy(), shift))
+        return shifted_ids([ids[s:e] for s, e in bounds], self._first)[0]
 
     def _shift_for(self, sizes: tuple[int, ...], device: torch.device) -> np.ndarray | None:
         """On a CPU, each id's shift (its table's first row) for tables of ``sizes`` ids, made

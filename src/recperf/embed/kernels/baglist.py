@@ -54,6 +54,10 @@ class BagList:
         check_tables_match(self.tables, lookup)
         return self.pool_parts(parts_of(lookup))
 
+    def pool_flat(self, indices: torch.Tensor, offsets: torch.Tensor, batch: int) -> torch.Tensor:
+        """``pool_lookup`` of an unweighted batch the caller checked (``PartsKernel``)."""
+        return self.pool_parts(parts_of(Lookup(indices=indices, offsets=offsets, batch_size=batch)))
+
     def pool_parts(self, parts: Parts) -> torch.Tensor:
         """``[T, B, D]`` in the rows' dtype, each table pooled as its ``nn.EmbeddingBag``."""
         t = self.tables.num_tables

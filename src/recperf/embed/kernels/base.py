@@ -262,6 +262,12 @@ class PartsKernel(Protocol):
         """``pool_parts`` of a batch in the TBE layout (the tables' ids already concatenated)."""
         ...
 
+    def pool_flat(self, indices: torch.Tensor, offsets: torch.Tensor, batch: int) -> torch.Tensor:
+        """``pool_lookup`` of an unweighted TBE-layout batch whose shapes, dtypes and device
+        the caller checked against the tables (the drop-in's short road): no ``Lookup`` made,
+        no check run."""
+        ...
+
 
 def bag_starts(offsets: Sequence[torch.Tensor], batch: int) -> torch.Tensor:
     """int64 ``[T, B]``: each table's first B offsets (its bag starts) stacked, in one copy
@@ -579,12 +585,18 @@ def check_kernel(
 def _parts_mismatch(
     kernel: EmbeddingKernel, tables: Tables, lookup: Lookup, ref: torch.Tensor, bound: torch.Tensor
 ) -> str:
-    """Why ``pool_parts`` of a ``parts`` kernel is not the reference ("" when it is)."""
+    """Why ``pool_parts`` (and, unweighted, ``pool_flat``) of a ``parts`` kernel is not the
+    reference ("" when it is)."""
     if not isinstance(kernel, PartsKernel):
-        return "has the parts trait but no pool_parts"
-    got = kernel.pool_parts(parts_of(lookup))
+        return "has the parts trait but not pool_parts, pool_lookup and pool_flat"
+    pooled = {"pool_parts": kernel.pool_parts(parts_of(lookup))}
+    if lookup.per_sample_weights is None:
+        pooled["pool_flat"] = kernel.pool_flat(lookup.indices, lookup.offsets, lookup.batch_size)
     want = FLOAT_DTYPES.get(tables.row_format, torch.float32)
-    if got.dtype != want:
-        return f"pool_parts: dtype {got.dtype}, expected {want}"
-    why = mismatch(got.transpose(0, 1).float(), ref, bound, tables.row_format)
-    return f"pool_parts: {why}" if why else ""
+    for name, got in pooled.items():
+        if got.dtype != want:
+            return f"{name}: dtype {got.dtype}, expected {want}"
+        why = mismatch(got.transpose(0, 1).float(), ref, bound, tables.row_format)
+        if why:
+            return f"{name}: {why}"
+    return ""
