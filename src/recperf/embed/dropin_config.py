@@ -41,11 +41,11 @@ class DropInConfig:
     (``kernel_choice.measured_choice``) on the first forward's input, cache the winner and run
     it from then on. Off: the reference runs, and ``describe()`` says why."""
     confirm: int = 3
-    """For ``auto`` measuring on the first forward: where other kernels came within 50% of
-    that batch's winner, the next forwards run each of them (up to 4) in turn on the batches
-    given, two forwards in a row each turn with the second timed, ``confirm`` timed forwards
-    each, and the fastest median runs from then on (and is cached): one batch timed a few
-    times, its rows warm, can rank kernels otherwise than batches in use do
+    """For ``auto`` measuring on the first forward: where other kernels came within 2x that
+    batch's winner's time, the next forwards run each of them (up to 4) in turn on the
+    batches given, two forwards in a row each turn with the second timed, ``confirm`` timed
+    forwards each, and the fastest median runs from then on (and is cached): one batch timed
+    a few times, its rows warm, can rank kernels otherwise than batches in use do
     (``dropin_trial``). 0: the first forward's winner stays."""
     cache: Path | None = AUTOTUNE_CACHE
     """The autotune cache ``auto`` reads and ``tune`` and ``measure`` write (None: none)."""
