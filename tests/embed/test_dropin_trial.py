@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -18,7 +19,7 @@ from torch import nn
 from recperf.core.errors import ConfigError
 from recperf.embed import DropInConfig, EmbeddingBags, dropin_choice, dropin_trial
 from recperf.embed.dropin_choice import Road
-from recperf.embed.dropin_trial import TRIAL_MARGIN, TRIAL_MAX, Trial
+from recperf.embed.dropin_trial import TRIAL_MARGIN, TRIAL_MAX, TRIAL_TIE, Trial
 from recperf.embed.kernel_choice import KernelChoice
 
 
@@ -88,7 +89,7 @@ def test_auto_confirms_its_first_pick_on_the_next_forwards_and_caches_the_verdic
 
     def clock() -> float:  # each timed forward (start read, end read) lasts its kernel's entry
         trial = module._trials[0]
-        k = trial.calls // 2 % len(trial.roads)
+        k = trial.active[trial.turn // 2 % len(trial.active)]
         if next(reads) % 2:
             now[0] += trial_ms[trial.roads[k].choice.kernel] * 1e-3
         return now[0]
@@ -183,7 +184,7 @@ def test_forwards_from_several_threads_during_a_trial_pool_right(
                                                                 confirm=4))  # fmt: skip
     module(*_batch(bags, 0))
     assert module.on_trial
-    batches = [_batch(bags, s) for s in range(27)]
+    batches = [_batch(bags, s) for s in range(45)]  # 24 forwards, 16 more where two came close
     errors: list[BaseException] = []
 
     def work(part: list[tuple[list[torch.Tensor], list[torch.Tensor]]]) -> None:
@@ -202,4 +203,47 @@ def test_forwards_from_several_threads_during_a_trial_pool_right(
     for t in threads:
         t.join()
     assert not errors and not module.on_trial
-    assert "confirmed on the 24 forwards after the first" in module.choices[0].note
+    assert re.search(r"confirmed on the (24|40) forwards after the first", module.choices[0].note)
+
+
+@pytest.mark.parametrize("gap", [TRIAL_TIE / 2, TRIAL_TIE * 2])
+def test_the_two_fastest_run_again_where_they_came_close(
+    monkeypatch: pytest.MonkeyPatch, gap: float
+) -> None:
+    """Three kernels, ``rounds`` timed forwards each; where the two fastest came within
+    ``TRIAL_TIE`` those two run ``rounds`` more each (once) and the verdict counts all their
+    forwards: here the runner-up is faster in the second stage and wins."""
+    names = ("a", "b", "c")
+    trial = Trial.of(0, [_road(n, 1.0) for n in names], rounds=2)
+    assert trial is not None
+    ms = {"a": [1.0, 1.0, 1.2, 1.2], "b": [1.0 + gap] * 2 + [0.9, 0.9], "c": [3.0, 3.0]}
+    now = [0.0]
+    reads = itertools.count()
+
+    class Group:  # what Trial touches of a drop-in's group
+        tables = type("T", (), {"device": torch.device("cpu")})()
+
+        def run(self, choice: KernelChoice, kernel: object) -> None:
+            self.kernel = choice.kernel
+
+    group = Group()
+
+    def clock() -> float:
+        if next(reads) % 2:  # the end of a timed forward: its kernel's next entry
+            k = group.kernel
+            now[0] += ms[k][len(trial.seconds[names.index(k)])] * 1e-3
+        return now[0]
+
+    monkeypatch.setattr(dropin_trial, "_clock", clock)
+    ran = []
+    while not trial.done:
+        trial.time(group, lambda: ran.append(group.kernel))  # type: ignore[arg-type]
+    first = ["a", "a", "b", "b", "c", "c"] * 2
+    if gap > TRIAL_TIE:  # far apart: a wins the first stage
+        assert ran == first and trial.active == (0, 1, 2)
+        return
+    assert ran == first + ["a", "a", "b", "b"] * 2 and trial.active == (0, 1)
+    monkeypatch.setattr(dropin_trial, "record_winner", lambda *a, **k: None)
+    choice = trial.finish(group, DropInConfig(kernel="auto", cache=None))  # type: ignore[arg-type]
+    assert choice.kernel == "b"  # medians over 4 forwards: b 0.95 ms, a 1.1 ms
+    assert "2 timed each, a and b 4: they came within 10%" in choice.note

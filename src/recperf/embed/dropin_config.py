@@ -44,7 +44,8 @@ class DropInConfig:
     """For ``auto`` measuring on the first forward: where other kernels came within 2x that
     batch's winner's time, the next forwards run each of them (up to 4) in turn on the
     batches given, two forwards in a row each turn with the second timed, ``confirm`` timed
-    forwards each, and the fastest median runs from then on (and is cached): one batch timed
+    forwards each (the two fastest, where within 10%, as many again), and the fastest median
+    runs from then on (and is cached): one batch timed
     a few times, its rows warm, can rank kernels otherwise than batches in use do
     (``dropin_trial``). 0: the first forward's winner stays."""
     cache: Path | None = AUTOTUNE_CACHE
