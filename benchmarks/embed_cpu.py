@@ -470,7 +470,8 @@ def dropin_auto(st: Stage) -> tuple[list[Peer], list[Any]]:
 
 
 SETTLE_ROUNDS = 200
-"""The most rounds ``settle`` runs (a trial of 4 kernels, 3 timed forwards each: 24)."""
+"""The most rounds ``settle`` runs (a trial of 4 kernels, 5 timed forwards each, each after an
+untimed one, and 5 more each for two that came close: 60)."""
 
 
 def settle(peers: Sequence[Peer], modules: Sequence[Any]) -> list[int]:

@@ -40,14 +40,16 @@ class DropInConfig:
     """For ``auto`` with no cached winner: time every kernel that reads the rows natively here
     (``kernel_choice.measured_choice``) on the first forward's input, cache the winner and run
     it from then on. Off: the reference runs, and ``describe()`` says why."""
-    confirm: int = 3
+    confirm: int = 5
     """For ``auto`` measuring on the first forward: where other kernels came within 2x that
     batch's winner's time, the next forwards run each of them (up to 4) in turn on the
     batches given, two forwards in a row each turn with the second timed, ``confirm`` timed
     forwards each (the two fastest, where within 10%, as many again), and the fastest median
     runs from then on (and is cached): one batch timed
     a few times, its rows warm, can rank kernels otherwise than batches in use do
-    (``dropin_trial``). 0: the first forward's winner stays."""
+    (``dropin_trial``). 0: the first forward's winner stays. Five: single forwards on a
+    machine a neighbour disturbed spread by 15% or more, and the kernels on trial often lie
+    5-10% apart (issue 27)."""
     cache: Path | None = AUTOTUNE_CACHE
     """The autotune cache ``auto`` reads and ``tune`` and ``measure`` write (None: none)."""
     batch_size: int | None = None
