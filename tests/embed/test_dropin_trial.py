@@ -247,3 +247,43 @@ def test_the_two_fastest_run_again_where_they_came_close(
     choice = trial.finish(group, DropInConfig(kernel="auto", cache=None))  # type: ignore[arg-type]
     assert choice.kernel == "b"  # medians over 4 forwards: b 0.95 ms, a 1.1 ms
     assert "2 timed each, a and b 4: they came within 10%" in choice.note
+
+
+def test_a_trial_times_a_tbe_layout_batch_on_the_short_road(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given the TBE layout, each kernel on trial pools on the road it runs once chosen: a
+    kernel that pools parts takes the batch whole (``pool_flat``), never cut per bag."""
+    from recperf.embed.kernels.bagconcat import BagConcat
+    from recperf.embed.kernels.baglist import BagList
+
+    winner = KernelChoice(kernel="torch", source="measured", note="torch first")
+    monkeypatch.setattr(dropin_choice, "measured_choice", lambda *a, **k: winner)
+    monkeypatch.setattr(dropin_choice, "time_calls", lambda fn, inputs, *a, **k: [1e-3])
+    monkeypatch.setattr(dropin_trial, "TRIAL_TIE", 0.0)  # one stage: 6 forwards
+    bags = _bags()
+    module = EmbeddingBags.from_torch(bags, "auto", config=DropInConfig(kernel="auto", cache=None,
+                                                                confirm=1))  # fmt: skip
+    batches = []
+    for seed in range(12):
+        ids, offs = _batch(bags, seed)
+        starts = [0, *itertools.accumulate(int(i.numel()) for i in ids)]
+        flat_offs = torch.cat([*(o[:-1] + s for o, s in zip(offs, starts, strict=False)),
+                               torch.tensor([starts[-1]])])  # fmt: skip
+        batches.append((ids, offs, torch.cat(ids), flat_offs))
+    module(*batches[0][2:])  # measures: a trial of torch, bag-concat, bag-list
+    assert module.on_trial
+    roads: list[str] = []
+    for cls in (BagConcat, BagList):
+        flat = cls.pool_flat
+        monkeypatch.setattr(
+            cls, "pool_flat", lambda k, *a, r=flat: roads.append("flat") or r(k, *a)
+        )
+    cut = EmbeddingBags._cut
+    monkeypatch.setattr(EmbeddingBags, "_cut", lambda m, lk: roads.append("cut") or cut(m, lk))
+    for ids, offs, flat_ids, flat_offs in batches[1:]:
+        got = module(flat_ids, flat_offs)
+        with torch.no_grad():
+            for a, bag, i, o in zip(got, bags, ids, offs, strict=True):
+                torch.testing.assert_close(a, bag(i, o))
+    assert not module.on_trial and roads.count("flat") >= 2 and "cut" not in roads

@@ -383,8 +383,9 @@ class EmbeddingBags(nn.Module):
         return list(kernel.pool_flat(indices, offsets, batch).unbind(0))
 
     def _trial_forward(self, indices: Any, offsets: Any, per_sample_weights: Any) -> Any:
-        """One forward of a trial, timed, with the next kernel on trial; the trial's verdict
-        runs once each of its kernels ran ``config.confirm`` forwards."""
+        """One forward of a trial, with the kernel whose turn it is, on the road it runs once
+        chosen (a TBE-layout batch on the short road); the verdict runs once the trial is
+        done."""
 
         def call() -> Any:
             return self._forward(indices, offsets, per_sample_weights)
@@ -457,7 +458,8 @@ class EmbeddingBags(nn.Module):
                 parts, batch = self._parts(*self._cut(lookup)[:2], None)
                 if batch:
                     self._measure(parts, batch, flat=True)
-            out = self._short(indices, offsets)  # measured: the batch as it is, no cut
+        if whole:  # measured (or a trial's forward): the batch as it is, no cut
+            out = self._short(indices, offsets)
             if out is not None:
                 return out
         ids, offs, starts = self._cut(lookup)
