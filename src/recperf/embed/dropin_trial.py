@@ -10,8 +10,8 @@ sends, two forwards in a row each, the second timed whole, ``DropInConfig.confir
 forwards each (where the two fastest came within ``TRIAL_TIE``, those two as many again); the
 kernel with the fastest median then runs from on, and the autotune cache holds it. A forward
 timed right after another kernel's finds warm the rows that one read where both read the same
-rows (on float32 rows the reference and ``bag-list`` read the tables
-in place; ``bag-concat`` reads a stacked copy): one forward each in turn, ``bag-list`` won on
+rows (on float32 rows the reference and ``bag-list`` read the tables in place; ``bag-concat``
+reads a stacked copy): one forward each in turn, ``bag-list`` won on
 ``paper`` fp32 in the TBE layout by 6% (3.70 against 3.93 ms a forward) and then ran 7% slower
 than ``bag-concat``; timed after a forward of its own, as it runs once chosen, it came out 3%
 behind (3.47 against 3.37 ms). The trial costs no extra work: every forward pools its batch,
@@ -135,7 +135,7 @@ class Trial:
         listing = ", ".join(f"{r.choice.kernel} {ms:.3f} ms" for r, ms in ranked)
         first = self.roads[0].choice
         again = ""
-        if len(self.active) < len(self.roads) or len(self.seconds[k]) > self.rounds:
+        if len(self.seconds[k]) > self.rounds:  # a second stage ran: the last stage's two
             pair = " and ".join(self.roads[j].choice.kernel for j in self.active)
             again = f", {pair} {2 * self.rounds}: they came within {TRIAL_TIE:.0%}"
         note = (
