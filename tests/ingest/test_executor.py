@@ -515,6 +515,34 @@ def test_a_full_shared_memory_is_one_clear_error(monkeypatch: pytest.MonkeyPatch
     items.unlink_quietly(path)
 
 
+def test_dropping_a_batch_runs_no_python_code(parquet_dir: Path) -> None:
+    """CPython prints and drops an exception raised in a weakref finalizer: a Ctrl-C that came
+    while a Python finalizer gave a dropped batch's slot back was lost, and the consumer ran on
+    (seen once in CI). Dropping a batch must run no Python function."""
+    calls: list[str] = []
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            calls.append(frame.f_code.co_qualname)  # type: ignore[attr-defined]
+
+    cfg = PipelineConfig(batch_size=500, epochs=None)
+    with Pipeline(parquet_dir, cfg, allocation=[1, 1, 1, 1, 1]) as p:
+        it = iter(p)
+        b = next(it)
+        assert p.dispatcher.ring.slots, "the batch should view a ring slot"
+        assert len(p._held) == 1
+        sys.setprofile(profile)
+        try:
+            del b
+        finally:
+            sys.setprofile(None)
+        assert calls == [], f"dropping a batch ran Python: {calls}"
+        with p._lock:
+            p._reclaim()
+            assert not p._held, "the dropped batch's slot should be back in the ring"
+        next(it)
+
+
 CONSUMER = """
 import sys, time
 from recperf.ingest.live.executor import Pipeline

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Iterator, Sequence
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -47,6 +48,44 @@ __all__ = ["Pipeline", "sweep_stale_items"]
 _RUN_IDS = itertools.count()
 POLL_S = 0.1
 """The coordinator's longest sleep: only the stage-time integrals wait for it."""
+
+
+class _SlotRef(weakref.ref):  # type: ignore[type-arg]
+    """A weak reference to a ``Batch`` that views a ring slot, carrying that slot."""
+
+    __slots__ = ("slot",)
+    slot: Slot
+
+
+class _Batches:
+    """A pipeline's batches, in order. Unlike a generator, whose frame would hold the batch it
+    gave until the next one is taken, it keeps no reference to a batch once returned, so a
+    dropped batch's slot goes back to the ring at the next take."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self._pipeline: Pipeline | None = pipeline
+
+    def __iter__(self) -> _Batches:
+        return self
+
+    def __next__(self) -> Batch:
+        p = self._pipeline
+        if p is None:
+            raise StopIteration
+        try:
+            while True:
+                batch = p._take()
+                if batch is None:
+                    self._pipeline = None
+                    raise StopIteration
+                if batch.size:
+                    return batch
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C in the consumer's loop: stop the workers now, while the interpreter is
+            # whole. Left to __del__, the close ran at shutdown (imports gone) or never, and
+            # multiprocessing's exit hook then waited on workers that wait for work.
+            p.close()
+            raise
 
 
 class Pipeline:
@@ -88,6 +127,13 @@ class Pipeline:
         self._dirty = True
         self._last_t = time.monotonic()
         self._wake_r = self._wake_w = -1  # the coordinator's self-pipe, made by start()
+        # Slots of batches the consumer dropped: a dropped batch's weak reference lands in
+        # ``_dropped`` by ``deque.append``, a C call that runs no bytecode, so a Ctrl-C that
+        # arrives as the batch dies is raised in the consumer's own code. (A Python finalizer
+        # would take it, and CPython only prints an exception raised in one: the consumer then
+        # went on running.) The consumer and the coordinator give the slots back.
+        self._dropped: deque[_SlotRef] = deque()
+        self._held: dict[int, _SlotRef] = {}
 
     @property
     def allocation(self) -> Allocation:
@@ -208,6 +254,7 @@ class Pipeline:
                         self.pool.apply(d.target)
                         self._dirty = False
                     self._tick()
+                    self._reclaim()
                     d.dispatch(self.pool.workers)
                     waitables = [*self.pool.waitables(), self._wake_r]
                     d.consumer_cpu_s += time.thread_time() - t_cpu
@@ -274,19 +321,7 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[Batch]:
         self.start()
-        try:
-            while True:
-                batch = self._take()
-                if batch is None:
-                    return
-                if batch.size:
-                    yield batch
-        except (KeyboardInterrupt, SystemExit):
-            # Ctrl-C in the consumer's loop: stop the workers now, while the interpreter is
-            # whole. Left to __del__, the close ran at shutdown (imports gone) or never, and
-            # multiprocessing's exit hook then waited on workers that wait for work.
-            self.close()
-            raise
+        return _Batches(self)
 
     def _take(self) -> Batch | None:
         d = self.dispatcher
@@ -302,6 +337,7 @@ class Pipeline:
                     return None
                 if self._closed:
                     raise RecperfError("the pipeline was closed while iterating")
+                self._reclaim()
                 out = d.take()
                 if out is not None:
                     break
@@ -325,18 +361,32 @@ class Pipeline:
         batch = Batch.from_tensors(self._maps.tensors(out.slot.path, out.layout))
         if self.copy:
             batch = batch.clone()
-            self._release(out.slot)
+            with self._lock:
+                self._give_back([out.slot])
         else:
-            # the slot goes back to the ring when the consumer drops the batch
-            weakref.finalize(batch, self._release, out.slot)
+            # the slot goes back to the ring once the consumer drops the batch (see _dropped)
+            ref = _SlotRef(batch, self._dropped.append)
+            ref.slot = out.slot
+            self._held[id(ref)] = ref
         return batch
 
-    def _release(self, slot: Slot) -> None:
-        with self._lock:
-            if not self._closed:
-                self.dispatcher.ring.give_back([slot])
-                self._dispatch()
-                self._lock.notify_all()
+    def _reclaim(self) -> None:
+        """The slots of dropped batches back to the ring, and dispatch into them (under the
+        lock; the consumer calls it before each take, the coordinator on each wake)."""
+        slots = []
+        while self._dropped:
+            ref = self._dropped.popleft()
+            del self._held[id(ref)]
+            slots.append(ref.slot)
+        if slots:
+            self._give_back(slots)
+
+    def _give_back(self, slots: list[Slot]) -> None:
+        """``slots`` back to the ring, and dispatch into them (under the lock)."""
+        if not self._closed:
+            self.dispatcher.ring.give_back(slots)
+            self._dispatch()
+            self._lock.notify_all()
 
     # -- metrics ------------------------------------------------------------------------------
 
