@@ -45,11 +45,10 @@ class DropInConfig:
     batch's winner's time, the next forwards run each of them (up to 4) in turn on the
     batches given, two forwards in a row each turn with the second timed, ``confirm`` timed
     forwards each (the two fastest, where within 10%, as many again), and the fastest median
-    runs from then on (and is cached): one batch timed
-    a few times, its rows warm, can rank kernels otherwise than batches in use do
-    (``dropin_trial``). 0: the first forward's winner stays. Five: single forwards on a
-    machine a neighbour disturbed spread by 15% or more, and the kernels on trial often lie
-    5-10% apart (issue 27)."""
+    runs from then on (and is cached): one batch timed a few times, its rows warm, can rank
+    kernels otherwise than batches in use do (``dropin_trial``). 0: the first forward's winner
+    stays. Five: single forwards on a machine a neighbour disturbed spread by 15% or more, and
+    the kernels on trial often lie 5-10% apart (issue 27)."""
     cache: Path | None = AUTOTUNE_CACHE
     """The autotune cache ``auto`` reads and ``tune`` and ``measure`` write (None: none)."""
     batch_size: int | None = None

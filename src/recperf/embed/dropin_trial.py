@@ -71,8 +71,6 @@ class Trial:
     active: tuple[int, ...] = ()
     """The roads this stage runs in turn: every road, then the two fastest where they came
     close."""
-    calls: int = 0
-    """Forwards run so far, timed or not."""
     turn: int = 0
     """Forwards this stage ran so far."""
     done: bool = False
@@ -103,11 +101,15 @@ class Trial:
             out = call()
             synchronize(device)
             self.seconds[k].append(_clock() - t0)
-        self.calls += 1
         self.turn += 1
         if self.turn >= 2 * self.rounds * len(self.active):
             self._stage_over()
         return out
+
+    @property
+    def calls(self) -> int:
+        """Forwards run so far, timed or not (each timed one after an untimed one)."""
+        return sum(map(len, self.seconds)) * 2 + self.turn % 2
 
     def _stage_over(self) -> None:
         """Done, or (once) a stage of the two fastest where they came within ``TRIAL_TIE``."""
