@@ -10,7 +10,11 @@ rows) and training TBE (fp32), TorchRec's float ``EmbeddingBagCollection`` and i
 them out, or 16 with ``--qebc-row-alignment 16``; the drop-in wraps that very collection), each
 checked equal to the reference first. Both modes run on the bundled reuse trace and on uniform
 ids; calls are interleaved over rotating batches (a new seeded order each round) and compared by
-their medians, so machine noise hits every variant alike.
+their medians, so machine noise hits every variant alike. The peers' rows lie in torch's 4 KiB
+pages unless the process starts with ``THP_MEM_ALLOC_ENABLE=1`` (PyTorch's switch putting every
+allocation of 2 MiB or more in transparent huge pages), as a careful user of them may set; the
+drop-in's own row copies lie in huge pages either way (``kernels/hostmem.py``). The output
+records which (``machine.torch_thp_alloc``).
 
     python benchmarks/embed_cpu.py [--batch-size 64] [--calls 60] [--hot-fraction 0.02,0.1,0.3]
     python benchmarks/embed_cpu.py --peers [--formats fp32,fp16,bf16,fp8,int8,int4]
@@ -42,6 +46,7 @@ from recperf.embed.kernel_choice import KernelChoice, measured_choice
 from recperf.embed.kernels import KERNELS, Lookup, Tables
 from recperf.embed.kernels.base import build_kernel, magnitude, mismatch
 from recperf.embed.kernels.formats import FLOAT_DTYPES, ROW_FORMATS, quantize
+from recperf.embed.kernels.hostmem import thp_mode
 from recperf.embed.model import EmbedConfig, config, random_tables
 from recperf.embed.timing import copy_bandwidth, lookup_bytes
 
@@ -828,6 +833,7 @@ def machine() -> dict[str, Any]:
             os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "torch": torch.__version__, "fbgemm_gpu": fbgemm_gpu.__version__,
         "torchrec": getattr(torchrec, "__version__", "1.8.0"),
+        "thp_mode": thp_mode(), "torch_thp_alloc": os.environ.get("THP_MEM_ALLOC_ENABLE") == "1",
     }  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from recperf.embed.kernels import (
     make_lookup,
     triton_tbe,
 )
+from recperf.embed.kernels.bagconcat import BagConcatConfig
 from recperf.embed.kernels.base import (
     KernelCase,
     case_inputs,
@@ -56,7 +57,7 @@ def test_all_kernels_registered_with_their_config_and_space() -> None:
     ]
     configs = {name: KERNELS.entry(name).config for name in NAMES}
     assert configs == {
-        "bag-concat": None,
+        "bag-concat": BagConcatConfig,
         "bag-list": None,
         "fbgemm-tbe": FbgemmTBEConfig,
         "combined": CombinedConfig,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ from recperf.embed.kernels.base import (
     tbe_offsets,
 )
 from recperf.embed.kernels.formats import FLOAT_DTYPES
+from recperf.embed.kernels.hostmem import stacked_rows
 
 BAG_FORMATS = frozenset(FLOAT_DTYPES)
 
@@ -77,8 +79,23 @@ def torch_shift(
     return out, None if offsets is None else tbe_offsets(offsets, sizes, batch)
 
 
+@dataclass(kw_only=True, slots=True, frozen=True)
+class BagConcatConfig:
+    """Options of ``bag-concat``."""
+
+    huge_pages: bool = True
+    """Lay the stacked copy of the rows in transparent huge pages where Linux offers them
+    (``hostmem.empty_rows``). On ``paper``'s bf16 rows (176 MiB, reuse trace, batch 64, 1
+    thread) the concat peer over such a copy ran 6-12% faster than over torch's 4 KiB pages."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.huge_pages, bool):
+            raise ConfigError(f"huge_pages: expected true or false, got {self.huge_pages!r}")
+
+
 @KERNELS.register(
     "bag-concat",
+    config=BagConcatConfig,
     traits=KernelTraits(formats=BAG_FORMATS, cpu=True, layout="combined", peer="torch", parts=True),
 )
 class BagConcat:
@@ -90,16 +107,23 @@ class BagConcat:
     a weighted ``mean`` is the weighted sum divided by the bag length (as the reference).
     ``pool_parts`` (its ``parts`` trait) pools the per-table inputs a list of
     ``nn.EmbeddingBag`` takes into their dtype, as the drop-in calls it. The copy costs the
-    float tables' bytes once more (352 MiB for ``paper`` capped at 60,000 rows in fp32)."""
+    float tables' bytes once more (352 MiB for ``paper`` capped at 60,000 rows in fp32); on the
+    host it lies in transparent huge pages (``config.huge_pages``)."""
 
     name: str
 
-    def __init__(self, tables: Tables) -> None:
+    def __init__(self, tables: Tables, *, config: BagConcatConfig | None = None) -> None:
         if tables.row_format not in BAG_FORMATS:
             raise ConfigError(f"bag-concat: reads float rows, not {tables.row_format}")
         self.name = "bag-concat"
         self.tables = tables
-        self._weight = torch.cat(tables.weights) if tables.num_tables > 1 else tables.weights[0]
+        self.layout_note = ""
+        if tables.num_tables > 1:  # a subclass registered on its own gets the defaults
+            huge = (config or BagConcatConfig()).huge_pages
+            stacked = stacked_rows(tables.weights, huge_pages=huge)
+            self._weight, self.layout_note = stacked.data, stacked.note
+        else:
+            self._weight = tables.weights[0]
         self._first = [0, *itertools.accumulate(tables.rows)][:-1]
         self._shift: tuple[tuple[int, ...], np.ndarray] = ((), np.empty(0, dtype=np.int64))
 

@@ -21,6 +21,7 @@ from recperf.embed.kernels.base import (
 )
 from recperf.embed.kernels.formats import INTEGER_FORMATS, SCALE_BIAS_BYTES
 from recperf.embed.kernels.formats import row_bytes as format_row_bytes
+from recperf.embed.kernels.hostmem import empty_rows
 
 try:  # fbgemm-gpu (or its CPU build) is optional: without it only bag-concat registers
     import fbgemm_gpu  # type: ignore[import-untyped]  # noqa: F401  (loads its operators)
@@ -52,6 +53,8 @@ class TbeBuffer:
     stride: int
     shared: bool
     """Whether ``data`` is the tables' own storage (no copy was made)."""
+    note: str = ""
+    """How a copy was laid out (``CopiedRows.note``), "" for the tables' own storage."""
 
 
 def shared_buffer(tables: Tables) -> TbeBuffer | None:
@@ -86,9 +89,10 @@ def shared_buffer(tables: Tables) -> TbeBuffer | None:
     return TbeBuffer(data=data, offsets=tuple(offsets), stride=stride, shared=True)
 
 
-def copied_buffer(tables: Tables) -> TbeBuffer:
+def copied_buffer(tables: Tables, huge_pages: bool = True) -> TbeBuffer:
     """The tables' rows copied into one new buffer (rows unpadded, tables on cache lines where
-    the gap holds no whole row: FBGEMM counts a table's rows up to the next one's start)."""
+    the gap holds no whole row: FBGEMM counts a table's rows up to the next one's start), in
+    transparent huge pages with ``huge_pages`` (``hostmem.empty_rows``)."""
     fmt = tables.row_format
     stride = format_row_bytes(fmt, tables.dim)
     offsets: list[int] = []
@@ -98,7 +102,8 @@ def copied_buffer(tables: Tables) -> TbeBuffer:
         size += n * stride
         if -size % CACHE_LINE < stride:
             size += -size % CACHE_LINE
-    data = torch.zeros(size, dtype=torch.uint8, device=tables.device)
+    placed = empty_rows((size,), torch.uint8, huge_pages=huge_pages)
+    data = placed.data.zero_()
     for t, (w, start) in enumerate(zip(tables.weights, offsets, strict=True)):
         rows = data[start : start + w.shape[0] * stride].view(w.shape[0], stride)
         codes = w.contiguous().view(torch.uint8)
@@ -108,7 +113,9 @@ def copied_buffer(tables: Tables) -> TbeBuffer:
             rows[:, SCALE_BIAS_BYTES:] = codes
         else:
             rows.copy_(codes)
-    return TbeBuffer(data=data, offsets=tuple(offsets), stride=stride, shared=False)
+    return TbeBuffer(
+        data=data, offsets=tuple(offsets), stride=stride, shared=False, note=placed.note
+    )
 
 
 def row_alignment(row_bytes: int, stride: int) -> int:
@@ -177,9 +184,15 @@ class FbgemmTBEConfig:
     tables' memory once more, so it is never chosen for you (not in the tunable space):
     unpadded rows from TorchRec itself are read in place as fast (``padding_note``)."""
 
+    huge_pages: bool = True
+    """Lay a copy of the rows in transparent huge pages where Linux offers them
+    (``hostmem.empty_rows``); rows read in place stay where they are."""
+
     def __post_init__(self) -> None:
-        if not isinstance(self.copy_rows, bool):
-            raise ConfigError(f"copy_rows: expected true or false, got {self.copy_rows!r}")
+        for name in ("copy_rows", "huge_pages"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ConfigError(f"{name}: expected true or false, got {value!r}")
 
 
 if SparseType is not None:
@@ -213,7 +226,7 @@ if SparseType is not None:
             self.name = "fbgemm-tbe"
             self.tables = tables
             shared = None if config.copy_rows else shared_buffer(tables)
-            self.buffer = shared or copied_buffer(tables)
+            self.buffer = shared or copied_buffer(tables, config.huge_pages)
             n, dev, d = tables.num_tables, tables.device, tables.dim
             ty = SparseType[TBE_TYPES[tables.row_format]]
             self._args = {
@@ -244,7 +257,7 @@ if SparseType is not None:
                 self._args["fp8_exponent_bias"] = int(fp8.get("exponent_bias"))
             self._rows = torch.tensor(tables.rows, dtype=torch.int64, device=dev)
             self._warning = torch.zeros(1, dtype=torch.int64, device=dev)
-            self.layout_note = padding_note(tables, self.buffer)
+            self.layout_note = padding_note(tables, self.buffer) or self.buffer.note
             pairs = list(zip(fbgemm_rows(self.buffer), tables.rows, strict=True))
             self.loose = tuple(t for t, (n, r) in enumerate(pairs) if n > r)
             """The tables FBGEMM's operator would let ids past their rows into (it counts a
