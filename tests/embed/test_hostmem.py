@@ -116,3 +116,23 @@ def test_fbgemm_copies_rows_into_huge_pages() -> None:
     assert not kernel.buffer.shared  # type: ignore[attr-defined]
     torch.testing.assert_close(kernel(lookup), KERNELS.build("torch", None, tables)(lookup))
     assert ("huge pages" in kernel.layout_note) == OFFERED  # type: ignore[attr-defined]
+
+
+def test_the_drop_in_says_where_its_copy_lies() -> None:
+    from torch import nn
+
+    from recperf.embed.dropin import EmbeddingBags
+
+    g = torch.Generator().manual_seed(5)
+    bags = [
+        nn.EmbeddingBag.from_pretrained(torch.randn(r, 256, generator=g), mode="sum")
+        for r in (3000, 2000)
+    ]
+    module = EmbeddingBags.from_torch(bags, kernel="bag-concat").eval()
+    ids = [torch.tensor([1, 2, 2999]), torch.tensor([0, 1999])]
+    offsets = [torch.tensor([0, 1]), torch.tensor([0, 1])]
+    with torch.no_grad():
+        pooled = module(ids, offsets)
+        for bag, out, i, o in zip(bags, pooled, ids, offsets, strict=True):
+            assert torch.equal(out, bag(i, o))
+    assert ("huge pages" in module.describe()[0]["note"]) == OFFERED
