@@ -77,6 +77,33 @@ def test_a_system_without_thp_gets_ordinary_pages(monkeypatch: pytest.MonkeyPatc
     assert not rows.huge_pages
 
 
+class _Refused:
+    """An anonymous mapping whose kernel was built without transparent huge pages."""
+
+    closed = False
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def madvise(self, option: int) -> None:
+        raise OSError(22, "Invalid argument")
+
+    def close(self) -> None:
+        _Refused.closed = True
+
+
+def test_a_kernel_refusing_the_advice_gets_ordinary_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    import mmap
+
+    monkeypatch.setattr(hostmem, "thp_mode", lambda: "madvise")
+    fake = type("FakeMmap", (), {k: getattr(mmap, k) for k in ("MAP_PRIVATE", "MAP_ANONYMOUS")})
+    fake.MADV_HUGEPAGE = 14  # type: ignore[attr-defined]
+    fake.mmap = _Refused  # type: ignore[attr-defined]
+    monkeypatch.setattr(hostmem, "mmap", fake)
+    rows = empty_rows((HUGE_PAGE, 2), torch.float32)
+    assert not rows.huge_pages and rows.data.shape == (HUGE_PAGE, 2) and _Refused.closed
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_stacked_rows_equal_torch_cat(dtype: torch.dtype) -> None:
     g = torch.Generator().manual_seed(0)

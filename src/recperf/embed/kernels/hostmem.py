@@ -54,18 +54,18 @@ def empty_rows(shape: Sequence[int], dtype: torch.dtype, *, huge_pages: bool = T
     numel = 1
     for n in shape:
         numel *= int(n)
-    nbytes = numel * torch.empty(0, dtype=dtype).element_size()
+    nbytes = numel * dtype.itemsize
     advise = getattr(mmap, "MADV_HUGEPAGE", None)
     if not huge_pages or nbytes < HUGE_PAGE or advise is None or thp_mode() in ("", "never"):
         return CopiedRows(torch.empty(tuple(shape), dtype=dtype), huge_pages=False)
-    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-    area = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=flags)
-    raw = torch.frombuffer(area, dtype=torch.uint8)  # keeps ``area`` alive while viewed
-    start = -raw.data_ptr() % HUGE_PAGE
+    area = mmap.mmap(-1, nbytes + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     try:
         area.madvise(advise)
     except OSError:  # a kernel built without THP: ordinary pages, the same layout
+        area.close()
         return CopiedRows(torch.empty(tuple(shape), dtype=dtype), huge_pages=False)
+    raw = torch.frombuffer(area, dtype=torch.uint8)  # keeps ``area`` mapped while viewed
+    start = -raw.data_ptr() % HUGE_PAGE
     rows = raw[start : start + nbytes].view(dtype).view(tuple(shape))
     return CopiedRows(rows, huge_pages=True)
 
