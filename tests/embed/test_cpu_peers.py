@@ -176,6 +176,27 @@ def test_report_table_renders_the_bundled_run() -> None:
     assert embed_peers.peers_html(None) == ""
 
 
+@pytest.mark.parametrize(
+    ("machine", "said"),
+    [
+        ({"thp_mode": "madvise", "torch_thp_alloc": False}, "lay in torch's 4 KiB pages"),
+        ({"thp_mode": "madvise", "torch_thp_alloc": True}, "(THP_MEM_ALLOC_ENABLE=1)"),
+        ({"thp_mode": "", "torch_thp_alloc": False}, "(its mode: none)"),
+        ({}, None),
+    ],
+)
+def test_the_provenance_says_which_pages_the_rows_lay_in(
+    machine: dict[str, object], said: str | None
+) -> None:
+    data = embed_peers.load_bundled()
+    assert data is not None
+    page = html.unescape(embed_peers.peers_html(data | {"machine": machine}))
+    if said is None:
+        assert "huge pages" not in page.split("<table", 1)[0]
+    else:
+        assert said in page and "offers them" in page
+
+
 def test_embedding_section_shows_the_bundled_peers() -> None:
     from recperf.report import embed_section as es
 

@@ -98,8 +98,25 @@ def _provenance(bench: Mapping[str, Any]) -> str:
         f"{load}. Tables "
         f"capped at {bench.get('rows_cap', 0):,} rows each ({shapes}), sum pooling."
         + _hot_note(settings)
+        + _pages_note(m)
         + " Bundled with the package, not rerun by the report."
         + _busy_note(bench)
+    )
+
+
+def _pages_note(machine: Mapping[str, Any]) -> str:
+    """Which pages the rows lay in, where the run recorded it (since issue 27)."""
+    if "thp_mode" not in machine:
+        return ""
+    peers = (
+        "transparent huge pages as well (THP_MEM_ALLOC_ENABLE=1)"
+        if machine.get("torch_thp_alloc")
+        else "torch's 4 KiB pages"
+    )
+    mode = machine["thp_mode"] or "none"
+    return (
+        f" The peers' rows lay in {peers}; the copies of the rows recperf's kernels make, in "
+        f"transparent huge pages where the system offers them (its mode: {mode})."
     )
 
 
