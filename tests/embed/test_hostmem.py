@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -96,9 +97,10 @@ def test_a_kernel_refusing_the_advice_gets_ordinary_pages(monkeypatch: pytest.Mo
     import mmap
 
     monkeypatch.setattr(hostmem, "thp_mode", lambda: "madvise")
-    fake = type("FakeMmap", (), {k: getattr(mmap, k) for k in ("MAP_PRIVATE", "MAP_ANONYMOUS")})
-    fake.MADV_HUGEPAGE = 14  # type: ignore[attr-defined]
-    fake.mmap = _Refused  # type: ignore[attr-defined]
+    fake = SimpleNamespace(
+        MAP_PRIVATE=mmap.MAP_PRIVATE, MAP_ANONYMOUS=mmap.MAP_ANONYMOUS, MADV_HUGEPAGE=14,
+        mmap=_Refused,
+    )  # fmt: skip
     monkeypatch.setattr(hostmem, "mmap", fake)
     rows = empty_rows((HUGE_PAGE, 2), torch.float32)
     assert not rows.huge_pages and rows.data.shape == (HUGE_PAGE, 2) and _Refused.closed

@@ -5,6 +5,7 @@ was started with ``THP_MEM_ALLOC_ENABLE=1``; a kernel's copy does it by itself (
 
 from __future__ import annotations
 
+import math
 import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,10 +52,7 @@ def empty_rows(shape: Sequence[int], dtype: torch.dtype, *, huge_pages: bool = T
     mode is not ``never`` and the tensor spans at least one huge page, in an anonymous private
     mapping aligned to 2 MiB and advised ``MADV_HUGEPAGE``; else from torch's allocator. The
     mapping is unmapped when the last tensor viewing it goes."""
-    numel = 1
-    for n in shape:
-        numel *= int(n)
-    nbytes = numel * dtype.itemsize
+    nbytes = math.prod(int(n) for n in shape) * dtype.itemsize
     advise = getattr(mmap, "MADV_HUGEPAGE", None)
     if not huge_pages or nbytes < HUGE_PAGE or advise is None or thp_mode() in ("", "never"):
         return CopiedRows(torch.empty(tuple(shape), dtype=dtype), huge_pages=False)
