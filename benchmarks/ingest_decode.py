@@ -1,7 +1,8 @@
 """Single-core cost per row of the ingestion chain read → dense → sparse → collate (no shuffle)
 over Criteo TSV and Parquet shards, for the stage functions in ``recperf.ingest.data.stages``
 and, with ``--baseline``, for another copy of that module (e.g. the previous commit's); medians of
-interleaved repeats, each a full pass with a fresh SplitReader as one worker would read.
+interleaved repeats, each a full pass with a fresh SplitReader as one worker would read, over
+read tasks of ``--chunk-rows`` rows (a stages module that works per split runs each split).
 
     .venv/bin/recperf ingest generate --rows 1000000 --shards 8 --format tsv \\
         --out /tmp/decode-bench/tsv
@@ -9,6 +10,7 @@ interleaved repeats, each a full pass with a fresh SplitReader as one worker wou
         --out /tmp/decode-bench/parquet
     git show HEAD:src/recperf/ingest/data/stages.py > /tmp/decode-bench/old_stages.py
     git show HEAD:src/recperf/ingest/data/decode.py > /tmp/decode-bench/decode.py
+    git show HEAD:src/recperf/ingest/data/rowgroup.py > /tmp/decode-bench/rowgroup.py
     taskset -c 0 .venv/bin/python benchmarks/ingest_decode.py --data /tmp/decode-bench \\
         --baseline /tmp/decode-bench/old_stages.py --out out/bench/ingest_decode.json
 """
@@ -21,12 +23,10 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from recperf.ingest.data import stages
@@ -44,57 +44,63 @@ def _exec(name: str, path: Path) -> ModuleType:
 
 
 def load_module(path: Path) -> ModuleType:
-    """A stages module from a file, under a name of its own; a ``decode.py`` beside it is the
-    decode module it imports (so a baseline copied from a commit uses that commit's kernels)."""
-    beside = path.with_name("decode.py")
-    if not beside.exists():
-        return _exec("baseline_stages", path)
-    old = _exec("baseline_decode", beside)
+    """A stages module from a file, under a name of its own; a ``decode.py`` (and a
+    ``rowgroup.py``) beside it are the modules it imports (so a baseline copied from a commit
+    uses that commit's kernels)."""
     package = sys.modules["recperf.ingest.data"]
-    saved = sys.modules["recperf.ingest.data.decode"]
-    sys.modules["recperf.ingest.data.decode"] = old
-    package.decode = old  # type: ignore[attr-defined]  # what `from ... import decode` finds
+    saved: dict[str, ModuleType] = {}
     try:
+        for name in ("decode", "rowgroup"):
+            beside = path.with_name(f"{name}.py")
+            if beside.exists():
+                saved[name] = sys.modules[f"recperf.ingest.data.{name}"]
+                old = _exec(f"baseline_{name}", beside)
+                sys.modules[f"recperf.ingest.data.{name}"] = old
+                setattr(package, name, old)  # what `from ... import decode` finds
         return _exec("baseline_stages", path)
     finally:
-        sys.modules["recperf.ingest.data.decode"] = saved
-        package.decode = saved  # type: ignore[attr-defined]
+        for name, mod in saved.items():
+            sys.modules[f"recperf.ingest.data.{name}"] = mod
+            setattr(package, name, mod)
 
 
-def make_read(mod: ModuleType) -> Callable[[Any], dict[str, np.ndarray]]:
-    """``read(split) -> Columns`` with a fresh SplitReader of ``mod``; a module from before the
-    decode kernels reads Arrow batches and needs its ``decode`` on top (counted as read)."""
+def one_pass(mod: ModuleType, tasks: list[list[Any]]) -> dict[str, float]:
+    """Seconds spent in each stage over all read tasks (each a chunk of consecutive splits),
+    and the rows: a module whose stages take a whole chunk (``Block``) runs each stage once
+    per task; an older one, once per split."""
     reader = mod.SplitReader()
-    if not hasattr(mod, "decode"):
-        read: Callable[[Any], dict[str, np.ndarray]] = reader.read
-        return read
-
-    def read_and_decode(split: Any) -> dict[str, np.ndarray]:
-        cols: dict[str, np.ndarray] = mod.decode(reader.read(split), split.first_row)
-        return cols
-
-    return read_and_decode
-
-
-def one_pass(mod: ModuleType, splits: list[Any]) -> dict[str, float]:
-    """Seconds spent in each stage over all splits, and the rows."""
-    read = make_read(mod)
     spent = dict.fromkeys(STAGES, 0.0)
     rows = 0
-    for split in splits:
-        t0 = time.perf_counter()
-        cols = read(split)
-        t1 = time.perf_counter()
-        cols = mod.dense_transform(cols)
-        t2 = time.perf_counter()
-        cols = mod.sparse_transform(cols)
-        t3 = time.perf_counter()
-        out = mod.collate(cols)
-        t4 = time.perf_counter()
-        for stage, dt in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
-            spent[stage] += dt
-        rows += len(out["row_id"])
+    chunked = hasattr(mod, "Block")
+    for task in tasks:
+        for part in [task] if chunked else [[s] for s in task]:
+            t0 = time.perf_counter()
+            cols = reader.read_chunk(part) if chunked else reader.read(part[0])
+            t1 = time.perf_counter()
+            cols = mod.dense_transform(cols)
+            t2 = time.perf_counter()
+            cols = mod.sparse_transform(cols)
+            t3 = time.perf_counter()
+            out = mod.collate(cols)
+            t4 = time.perf_counter()
+            for stage, dt in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                spent[stage] += dt
+            rows += sum(len(b["row_id"]) for b in out) if chunked else len(out["row_id"])
     return {**spent, "rows": float(rows)}
+
+
+def read_tasks(data: Path, rows_per_split: int, per_task: int) -> list[list[Any]]:
+    """The splits in runs of ``per_task`` consecutive ones of one file and row group, as the
+    live pipeline's plan deals them (without its shuffled order)."""
+    splits = stages.plan_splits(data, rows_per_split)[0]
+    tasks: list[list[Any]] = []
+    for s in splits:
+        last = tasks[-1] if tasks else None
+        if last and len(last) < per_task and (last[0].file, last[0].group) == (s.file, s.group):
+            last.append(s)
+        else:
+            tasks.append([s])
+    return tasks
 
 
 def main() -> None:
@@ -102,6 +108,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=Path("/tmp/decode-bench"))
     ap.add_argument("--formats", nargs="+", default=["tsv", "parquet"])
     ap.add_argument("--rows-per-split", type=int, default=4096)
+    ap.add_argument("--chunk-rows", type=int, default=65_536, help="rows of one read task")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--baseline", type=Path, default=None, help="a stages.py to compare with")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
@@ -110,7 +117,8 @@ def main() -> None:
     impls: dict[str, ModuleType] = {"new": stages}
     if args.baseline is not None:
         impls = {"baseline": load_module(args.baseline), **impls}
-    plans = {f: stages.plan_splits(args.data / f, args.rows_per_split)[0] for f in args.formats}
+    per_task = max(1, args.chunk_rows // args.rows_per_split)
+    plans = {f: read_tasks(args.data / f, args.rows_per_split, per_task) for f in args.formats}
     for splits in plans.values():  # warm the page cache and every code path once
         for mod in impls.values():
             one_pass(mod, splits)
@@ -135,7 +143,11 @@ def main() -> None:
         print(f"{fmt:8s} {name:9s} {row['total_us_per_row']:.3f} µs/row ({parts})")
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"rows_per_split": args.rows_per_split, "repeats": args.repeats}
+        meta = {
+            "rows_per_split": args.rows_per_split,
+            "chunk_rows": args.chunk_rows,
+            "repeats": args.repeats,
+        }
         args.out.write_text(json.dumps({**meta, "results": results}, indent=2) + "\n")
 
 

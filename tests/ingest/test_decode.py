@@ -4,6 +4,7 @@ Python parser of the Criteo text, bit for bit; and the errors a bad row or file 
 from __future__ import annotations
 
 import gzip
+import itertools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,7 @@ from hypothesis import strategies as hs
 
 from recperf.core.errors import TraceFormatError
 from recperf.ingest.data import decode as dec
+from recperf.ingest.data import kernels
 from recperf.ingest.data import rowgroup as rg
 from recperf.ingest.data import stages as st
 from recperf.ingest.data.criteo import (
@@ -68,8 +70,20 @@ def expected_batch(rows: Sequence[Row], first_row: int) -> dict[str, np.ndarray]
     }
 
 
-def chain(split: st.Split, reader: st.SplitReader) -> dict[str, np.ndarray]:
-    return st.collate(st.sparse_transform(st.dense_transform(reader.read(split))))
+def chain(splits: Sequence[st.Split], reader: st.SplitReader) -> list[dict[str, np.ndarray]]:
+    """The batches of consecutive splits read as one chunk, through the stages."""
+    return st.collate(st.sparse_transform(st.dense_transform(reader.read_chunk(splits))))
+
+
+@pytest.fixture(params=["compiled", "numpy"], autouse=True)
+def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs on the compiled kernels and on the numpy / pyarrow path without
+    them (as on a machine without numba): both must give the same bytes."""
+    if request.param == "compiled" and not kernels.AVAILABLE:
+        pytest.skip("numba is not installed")
+    if request.param == "numpy":
+        monkeypatch.setattr(kernels, "AVAILABLE", False)
+    return str(request.param)
 
 
 def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
@@ -80,11 +94,24 @@ def assert_same(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None
 
 
 def check_against_reference(data: Path, rows: list[Row], rows_per_split: int) -> int:
+    """Every split alone, and runs of up to three consecutive splits of one file and row group
+    read as one chunk, against the reference batch of each split."""
     splits, counts = st.plan_splits(data, rows_per_split)
     reader = st.SplitReader()
-    for split, count in zip(splits, counts, strict=True):
-        want = rows[split.first_row : split.first_row + count]
-        assert_same(chain(split, reader), expected_batch(want, split.first_row))
+    runs: list[list[int]] = []
+    for i, s in enumerate(splits):
+        last = splits[runs[-1][0]] if runs else None
+        if last is not None and len(runs[-1]) < 3 and (last.file, last.group) == (s.file, s.group):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    for run in [[i] for i in range(len(splits))] + runs:
+        got = chain([splits[i] for i in run], reader)
+        assert len(got) == len(run)
+        for i, batch in zip(run, got, strict=True):
+            split = splits[i]
+            want = rows[split.first_row : split.first_row + counts[i]]
+            assert_same(batch, expected_batch(want, split.first_row))
     return len(splits)
 
 
@@ -126,21 +153,22 @@ def test_read_columns_follow_the_contract(generated: dict[str, Path]) -> None:
         n = counts[1]
         assert cols["row_id"].tolist() == list(range(700, 700 + n))
         assert cols["label"].dtype == np.int8 and set(np.unique(cols["label"])) == {0, 1}
-        assert cols["dense"].dtype == np.float64 and cols["dense"].shape == (n, 13)
-        if name == "parquet":  # decoded once per row group: the sparse stage passes it through
+        assert cols["dense"].dtype == np.float64 and cols["dense"].shape == (13, n)
+        if name == "parquet" or kernels.AVAILABLE:  # decoded at read: sparse passes it through
             assert list(cols) == ["row_id", "label", "dense", "ids", "present"]
-            assert cols["ids"].dtype == np.int32 and cols["ids"].shape == (n, 26)
-            assert cols["present"].dtype == bool and cols["present"].shape == (n, 26)
+            assert cols["ids"].dtype == np.int32 and cols["ids"].shape == (26, n)
+            assert cols["present"].dtype == bool and cols["present"].shape == (26, n)
             assert not cols["ids"][~cols["present"]].any() and not cols["present"].all()
-            assert st.sparse_transform(cols) is cols
+            block = st.Block(cols, (n,))
+            assert st.sparse_transform(block) is block
             continue
         assert list(cols) == ["row_id", "label", "dense", *dec.DICT_KEYS]  # row_id first
         codes, entries, offsets = (cols[k] for k in dec.DICT_KEYS)
-        assert codes.dtype == np.int32 and codes.shape == (n, 26) and codes.min() == -1
+        assert codes.dtype == np.int32 and codes.shape == (26, n) and codes.min() == -1
         assert entries.dtype == np.uint8 and entries.shape[1] == 8
         assert offsets.dtype == np.int64 and offsets.shape == (27,)
         assert offsets[0] == 0 and offsets[-1] == len(entries)
-        assert (codes < np.diff(offsets)).all()
+        assert (codes < np.diff(offsets)[:, None]).all()
 
 
 ODD_ROWS = [
@@ -249,17 +277,18 @@ def test_row_group_splits_are_its_rows_decoded(data: hs.DataObject) -> None:
     bad = [(r, j) for r, j in used if any(c not in NIBBLE for c in cats[j][r])]
     if bad:
         with pytest.raises(dec.BadRow) as exc:
-            group.split(a, b)
+            group.rows(a, b)
         assert (exc.value.row_id, exc.value.field) == (100 + bad[0][0], f"C{bad[0][1] + 1}")
         return
-    out = group.split(a, b)
+    out = group.rows(a, b)
     assert out["row_id"].tolist() == list(range(100 + a, 100 + b))
     for r in range(a, b):
         for j in range(26):
             want = int(cats[j][r], 16) % CARDINALITIES[j] if cats[j][r] else 0
-            assert (out["ids"][r - a, j], out["present"][r - a, j]) == (want, bool(cats[j][r]))
+            assert (out["ids"][j, r - a], out["present"][j, r - a]) == (want, bool(cats[j][r]))
     out["ids"][:] = -7  # the cached group is not changed by a stage writing in place
-    assert group.split(a, b)["ids"].min() >= 0
+    assert group.rows(a, b)["ids"].min() >= 0
+    assert not out["dense"].flags.writeable  # views of the cached group, read-only
 
 
 def test_dense_transform_gives_the_old_float32_bits() -> None:
@@ -269,33 +298,76 @@ def test_dense_transform_gives_the_old_float32_bits() -> None:
     dense[rng.random(len(dense)) < 0.2] = np.nan
     dense = dense[: len(dense) // 13 * 13].reshape(-1, 13)
     old = np.log1p(np.maximum(np.nan_to_num(dense, nan=0.0), 0.0)).astype(np.float32)
-    got = st.dense_transform({"dense": dense})["dense"]
-    assert got.dtype == np.float32 and got.tobytes() == old.tobytes()
+    got = st.dense_transform(st.Block({"dense": dense.T}, (len(dense),))).cols["dense"]
+    assert got.dtype == np.float32 and got.T.tobytes() == old.tobytes()
+
+
+def _rows(cols: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    return {k: v[..., idx] for k, v in cols.items()}  # the row axis is the last
 
 
 def test_shuffle_and_downsample_match_their_old_formulas(generated: dict[str, Path]) -> None:
     splits, _ = st.plan_splits(generated["parquet"], 700)
     reader = st.SplitReader()
-    items = [st.sparse_transform(st.dense_transform(reader.read(s))) for s in splits[:3]]
-    merged = {k: np.concatenate([it[k] for it in items]) for k in items[0]}
-    perm = np.random.default_rng([5, 2]).permutation(len(merged["row_id"]))
-    got = st.shuffle(items, 5, 2)
-    assert [len(g["row_id"]) for g in got] == [700, 700, 100]
-    for part, p in zip(got, np.split(perm, [700, 1400]), strict=True):
-        assert_same(part, {k: v[p] for k, v in merged.items()})
-    kept = st.downsample(items[0], 0.3, 1)
-    assert (kept["label"] == 1).sum() == (items[0]["label"] == 1).sum()
-    assert 0 < (kept["label"] == 0).sum() < 0.5 * (items[0]["label"] == 0).sum()
-    mask = np.isin(items[0]["row_id"], kept["row_id"])
-    assert_same(kept, {k: v[mask] for k, v in items[0].items()})
-    assert_same(st.downsample(items[0], 0.3, 1), kept)
+    block = st.sparse_transform(st.dense_transform(reader.read_chunk(splits[:3])))
+    assert block.batch_rows == (700, 700, 100)
+    cols = block.cols
+    # one window of all three batches, seeded by the seed and its first batch's seq
+    perm = np.random.default_rng([5, 2]).permutation(1500)
+    got = st.shuffle(block, [2, 3, 4], 5, 3)
+    assert got.batch_rows == block.batch_rows
+    assert_same(got.cols, _rows(cols, perm))
+    # windows of two batches: rows never leave their window
+    got = st.shuffle(block, [2, 3, 4], 5, 2)
+    perm = np.concatenate([np.random.default_rng([5, 2]).permutation(1400),
+                           1400 + np.random.default_rng([5, 4]).permutation(100)])  # fmt: skip
+    assert_same(got.cols, _rows(cols, perm))
+    kept = st.downsample(block, 0.3, 1)
+    assert (kept.cols["label"] == 1).sum() == (cols["label"] == 1).sum()
+    assert 0 < (kept.cols["label"] == 0).sum() < 0.5 * (cols["label"] == 0).sum()
+    mask = np.isin(cols["row_id"], kept.cols["row_id"])
+    assert_same(kept.cols, _rows(cols, np.flatnonzero(mask)))
+    ends = [0, 700, 1400, 1500]
+    assert kept.batch_rows == tuple(int(mask[a:b].sum()) for a, b in itertools.pairwise(ends))
+    assert_same(st.downsample(block, 0.3, 1).cols, kept.cols)
+
+
+@settings(max_examples=40, deadline=None)
+@given(hs.lists(hs.integers(0, 40), min_size=1, max_size=8), hs.integers(0, 2**31))
+def test_collate_of_a_chunk_is_each_batch_collated_alone(sizes: list[int], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = sum(sizes)
+    present = rng.random((26, n)) < 0.7
+    cols = {
+        "row_id": np.arange(n, dtype=np.int64) + 10,
+        "label": rng.integers(0, 2, n).astype(np.int8),
+        "dense": rng.random((13, n)).astype(np.float32),
+        "ids": np.where(present, rng.integers(0, 2**31 - 1, (26, n)), 0).astype(np.int32),
+        "present": present,
+    }
+    got = st.collate(st.Block(cols, tuple(sizes)))
+    assert len(got) == len(sizes)
+    ends = np.cumsum([0, *sizes])
+    for batch, a, b in zip(got, ends[:-1], ends[1:], strict=True):
+        pres = present[:, a:b]
+        lengths = pres.astype(np.int32).reshape(-1)
+        want = {
+            "row_id": cols["row_id"][a:b],
+            "labels": cols["label"][a:b].astype(np.float32),
+            "dense": np.ascontiguousarray(cols["dense"][:, a:b].T),
+            "values": cols["ids"][:, a:b][pres].astype(np.int64),
+            "lengths": lengths,
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32),
+        }
+        assert_same(batch, want)
 
 
 def test_gzip_splits_read_out_of_order(generated: dict[str, Path]) -> None:
     splits, _ = st.plan_splits(generated["gz"] / "part-00000.tsv.gz", 300)
     reader = st.SplitReader()
-    forward = [reader.read(s)["cat_dict"].tobytes() for s in splits]
-    backward = [reader.read(s)["cat_dict"].tobytes() for s in reversed(splits)]
+    key = "ids" if kernels.AVAILABLE else "cat_dict"
+    forward = [reader.read(s)[key].tobytes() for s in splits]
+    backward = [reader.read(s)[key].tobytes() for s in reversed(splits)]
     assert backward[::-1] == forward and len(set(forward)) == len(forward)
 
 
@@ -348,12 +420,12 @@ def test_non_hex_categorical_names_its_row_and_field(tmp_path: Path, fmt: str) -
     splits, _ = st.plan_splits(path, 2)
     split = next(s for s in splits if s.first_row <= 5 < s.first_row + 2)
     with pytest.raises(st.BadRow) as exc:  # Parquet: at read, its row group decoded once
-        st.sparse_transform(st.SplitReader().read(split))
+        st.sparse_transform(st.SplitReader().read_chunk([split]))
     assert (exc.value.row_id, exc.value.field) == (5, "C8")
     assert exc.value.why == "not a hexadecimal string"
     assert split.first_line + exc.value.row_id - split.first_row == 6  # the coordinator's map
     ok = next(s for s in splits if s.first_row == 6)  # same row group, bad entry unused
-    assert st.sparse_transform(st.SplitReader().read(ok))["ids"].shape == (2, 26)
+    assert st.sparse_transform(st.SplitReader().read_chunk([ok])).cols["ids"].shape == (26, 2)
 
 
 def test_parquet_bad_label_or_length_is_a_bad_row(tmp_path: Path) -> None:
@@ -395,3 +467,41 @@ def test_truncated_gzip_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError) as exc:
         st.plan_splits(path, 100)
     assert exc.value.file == str(path) and "end-of-stream" in exc.value.why
+
+
+FIELDS = ["", "0", "7", "-3", "+5", " 5", "-", "1.5", "12345678901234567890", str(2**62)]
+CATS = ["", "68fd1e64", "DEADBEEF", "0123abCD", "68fd1e6", "68fd1e6g", "68fd1e640", "\x1068fd1e6"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(hs.data())
+def test_the_compiled_tsv_parser_agrees_with_pyarrow(data: hs.DataObject) -> None:
+    """Random lines, odd fields among them: the compiled parser's columns (or its hand-off to
+    pyarrow, where a line is outside its plain layout) equal pyarrow's, or the same error."""
+    lines = []
+    for _ in range(data.draw(hs.integers(1, 6))):
+        label = data.draw(hs.sampled_from(["0", "1", "1", "2", ""]))
+        ints = [data.draw(hs.sampled_from(FIELDS[:4] if data.draw(hs.booleans()) else FIELDS))
+                for _ in range(13)]  # fmt: skip
+        cats = [data.draw(hs.sampled_from(CATS[:4] if data.draw(hs.booleans()) else CATS))
+                for _ in range(data.draw(hs.sampled_from([26, 26, 26, 25])))]  # fmt: skip
+        lines.append("\t".join([label, *ints, *cats]))
+    end = data.draw(hs.sampled_from(["\n", "", "\r\n"]))
+    text = ("\n".join(lines) + end).encode()
+
+    def parse(compiled: bool) -> dict[str, np.ndarray] | str:
+        saved = kernels.AVAILABLE
+        kernels.AVAILABLE = compiled and saved
+        try:
+            cols = dec.parse_tsv(text, "f.tsv", 1, 0)
+            return st.sparse_transform(st.Block(cols, (len(cols["row_id"]),))).cols
+        except (TraceFormatError, dec.BadRow) as exc:
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            kernels.AVAILABLE = saved
+
+    got, want = parse(True), parse(False)
+    if isinstance(want, str) or isinstance(got, str):
+        assert got == want
+        return
+    assert_same(got, want)

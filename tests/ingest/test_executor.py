@@ -69,7 +69,8 @@ def reference(data: Path, rate: float | None = None, seed: int = 0) -> dict[str,
     cols = {"row_id": np.arange(n, dtype=np.int64),
             "label": label, "dense": dense, "ids": ids}  # fmt: skip
     if rate is not None:
-        cols = st.downsample(cols, rate, seed)
+        keep = st.kept_rows(cols["row_id"], cols["label"], rate, seed)
+        cols = {k: v[keep] for k, v in cols.items()}
     return {**cols, "label": cols["label"].astype(np.float32)}
 
 

@@ -1,7 +1,8 @@
 """The decode kernels of the read and sparse stages: Criteo rows (a TSV byte range, any Arrow
 table with the Criteo columns) to row-aligned columns plus per-feature dictionaries of 8-digit
-hex strings, and those dictionaries to table ids; all vectorised. ``rowgroup`` builds the
-Parquet read kernel from them."""
+hex strings, and those dictionaries to table ids; all vectorised, one call per column over a
+whole chunk. Per-feature columns are feature-major ([features, rows]), the layout collate
+writes. ``rowgroup`` builds the Parquet read kernel from them."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from recperf.core.errors import TraceFormatError
+from recperf.ingest.data import kernels
 from recperf.ingest.data.criteo import (
     CARDINALITIES,
     CAT_FEATURES,
@@ -43,16 +45,15 @@ class BadRow(ValueError):
 
 
 def arrow_columns(table: pa.Table | pa.RecordBatch, first_row: int, source: str) -> Columns:
-    """Criteo rows to row_id, label int8, dense float64 [n,13] (NaN for missing), cat_codes
-    int32 [n,26] (-1 for missing), cat_dict uint8 [m,8] and cat_dict_offsets int64 [27]. A
+    """Criteo rows to row_id, label int8, dense float64 [13,n] (NaN for missing), cat_codes
+    int32 [26,n] (-1 for missing), cat_dict uint8 [m,8] and cat_dict_offsets int64 [27]. A
     categorical column may be a string column (its values become the dictionary, in row order)
     or a dictionary column (its dictionary is used as is). ``source`` names the data in errors."""
     n = table.num_rows
     label = _label(_column(table, "label", pa.int8(), source), first_row)
-    dense = np.empty((n, len(INT_FEATURES)), np.float64)
+    dense = np.empty((len(INT_FEATURES), n), np.float64)
     for j, name in enumerate(INT_FEATURES):
-        # to_numpy gives float64 with NaN where null, the exact values the old path gave
-        dense[:, j] = _column(table, name, pa.int64(), source).to_numpy(zero_copy_only=False)
+        float_values(_column(table, name, pa.int64(), source), dense[j])
     arrs = [_column(table, name, None, source) for name in CAT_FEATURES]
     block = _string_block(arrs) if n else None
     codes, entries = block if block is not None else _cat_codes(arrs, first_row, source)
@@ -71,22 +72,22 @@ def arrow_columns(table: pa.Table | pa.RecordBatch, first_row: int, source: str)
 def _cat_codes(
     arrs: list[pa.Array], first_row: int, source: str
 ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Codes [n,26] and per-feature entries, one column at a time (any column type)."""
-    codes = np.empty((len(arrs[0]), _NCAT), np.int32)
+    """Codes [26,n] and per-feature entries, one column at a time (any column type)."""
+    codes = np.empty((_NCAT, len(arrs[0])), np.int32)
     entries = []
     for j, (name, arr) in enumerate(zip(CAT_FEATURES, arrs, strict=True)):
         if pa.types.is_dictionary(arr.type):
-            codes[:, j], e = _dictionary_codes(arr, name, first_row, source)
+            codes[j], e = _dictionary_codes(arr, name, first_row, source)
         else:
-            codes[:, j], e = _string_codes(_cast(arr, pa.string(), name, source), name, first_row)
+            codes[j], e = _string_codes(_cast(arr, pa.string(), name, source), name, first_row)
         entries.append(e)
     return codes, entries
 
 
 def _string_block(arrs: list[pa.Array]) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """``_cat_codes`` for the common case of 26 string columns, every value 8 bytes or missing,
-    done on all features at once (at a few thousand rows, per-call overhead is most of the
-    cost); None where the case does not hold, for the column-at-a-time path to handle."""
+    done on all features at once (one call per step for the 26 columns); None where the case
+    does not hold, for the column-at-a-time path to handle."""
     if any(arr.type != pa.string() for arr in arrs):
         return None
     n = len(arrs[0])
@@ -109,7 +110,17 @@ def _string_block(arrs: list[pa.Array]) -> tuple[np.ndarray, list[np.ndarray]] |
     entries = [
         _view_entries(arr, int(k), int(o[0])) for arr, k, o in zip(arrs, counts, offs, strict=True)
     ]
-    return np.ascontiguousarray(rank.T), entries
+    return rank, entries
+
+
+def float_values(arr: pa.Array, out: np.ndarray) -> None:
+    """An int64 column into ``out`` as float64, NaN where null: ``to_numpy``'s values at half
+    its cost."""
+    if len(arr) == 0:
+        return
+    out[:] = np.frombuffer(arr.buffers()[1], np.int64, len(arr), arr.offset * 8)
+    if arr.null_count:  # put at the indices: twice as fast as a boolean mask
+        out.put(np.flatnonzero(~_validity(arr)), np.nan)
 
 
 def _validity(arr: pa.Array) -> np.ndarray:
@@ -238,10 +249,17 @@ _TSV_CONVERT = pcsv.ConvertOptions(
 
 
 def parse_tsv(data: bytes, file: str, first_line: int, first_row: int) -> Columns:
-    """Whole Criteo TSV lines (``first_line`` the 1-based line of the first) to columns; a bad
+    """Whole Criteo TSV lines (``first_line`` the 1-based line of the first) to columns: where
+    every line is in the plain layout, by the compiled parser, with the sparse stage's ``ids``
+    and ``present`` already decoded; else by pyarrow's CSV reader, with dictionary columns. A bad
     row raises TraceFormatError with its file, line and field."""
     if not data:
         return arrow_columns(SCHEMA.empty_table(), first_row, file)
+    parsed = kernels.parse_tsv(data, _CARD)
+    if parsed is not None:  # every line in the plain layout: decoded straight from the bytes
+        label, dense, ids, present = parsed
+        row_id = np.arange(first_row, first_row + len(label), dtype=np.int64)
+        return {"row_id": row_id, "label": label, "dense": dense, "ids": ids, "present": present}
     # one block and one thread: a worker is one core, and one block keeps one chunk per column
     read = pcsv.ReadOptions(column_names=list(COLUMNS), block_size=len(data) + 1, use_threads=False)
     try:
@@ -319,8 +337,8 @@ def hex_values(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
 
 
 def lookup_ids(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
-    """ids int32 [n,26] (hex value modulo the feature's table size, 0 where missing) and
-    present bool [n,26], decoding each dictionary entry once and gathering by code."""
+    """ids int32 [26,n] (hex value modulo the feature's table size, 0 where missing) and
+    present bool [26,n], decoding each dictionary entry once and gathering by code."""
     codes, offsets = cols["cat_codes"], cols["cat_dict_offsets"]
     counts = np.diff(offsets)
     value, bad = hex_values(cols["cat_dict"])
@@ -328,10 +346,18 @@ def lookup_ids(cols: Columns) -> tuple[np.ndarray, np.ndarray]:
     # table layout: per feature a 0 (what code -1 gathers) then its entries' ids
     table = np.insert(ids.view(np.int32), offsets[:-1], 0)
     base = (offsets[:-1] + np.arange(1, _NCAT + 1)).astype(np.int32)
-    where = codes + base
+    where = codes + base[:, None]
     if bad is not None:
         hit = np.take(np.insert(bad, offsets[:-1], False), where)
         if hit.any():
-            i, j = np.argwhere(hit)[0]
+            i, j = first_hit(hit)
             raise BadRow(int(cols["row_id"][i]), CAT_FEATURES[j], _NOT_HEX)
     return np.take(table, where), codes >= 0
+
+
+def first_hit(hit: np.ndarray) -> tuple[int, int]:
+    """(row, feature) of the first true entry of a feature-major mask [features, rows], rows
+    first: the error a row-by-row reader would meet first."""
+    rows = np.flatnonzero(hit.any(axis=0))
+    i = int(rows[0])
+    return i, int(np.argmax(hit[:, i]))

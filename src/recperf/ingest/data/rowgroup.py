@@ -1,7 +1,6 @@
-"""A Parquet row group decoded once for all of the splits cut from it: the read stage's
-Parquet kernel. The group's dictionaries are hex-decoded once (not once per split), so a
-Parquet split leaves the read stage with ``ids`` and ``present``, as the sparse stage gives a
-TSV split's."""
+"""A Parquet row group decoded once for all of the chunks cut from it: the read stage's
+Parquet kernel. The group's dictionaries are hex-decoded once, so a Parquet chunk leaves the
+read stage with ``ids`` and ``present``, as the sparse stage gives a TSV chunk's."""
 
 from __future__ import annotations
 
@@ -22,7 +21,8 @@ from recperf.ingest.data.decode import (
     _dictionary_codes,
     _label,
     _string_codes,
-    _validity,
+    first_hit,
+    float_values,
     hex_values,
 )
 
@@ -44,12 +44,11 @@ def read_parquet_group(pf: pq.ParquetFile, file: str, group: int, first_row: int
 
 
 class RowGroup:
-    """One Parquet row group decoded once for cutting splits from: its row columns, and the
+    """One Parquet row group decoded once for cutting chunks from: its row columns, and the
     sparse stage's ids for every row, each dictionary entry hex-decoded once per group (the
-    group's dictionaries are shared by all of its splits). A non-hex entry raises only when a
-    split that uses it is cut, naming that split's first row to use it. Per-feature columns are
-    kept feature-major and transposed a split at a time (a whole group's transpose misses the
-    cache: it costs twice as much)."""
+    group's dictionaries are shared by all of its chunks). Per-feature columns are kept
+    feature-major, the layout collate writes. A non-hex entry raises only when a chunk that uses
+    it is cut, naming that chunk's first row to use it."""
 
     def __init__(self, table: pa.Table, first_row: int, source: str) -> None:
         n = table.num_rows
@@ -57,7 +56,7 @@ class RowGroup:
         self._label = _label(_column(table, "label", pa.int8(), source), first_row)
         self._dense = np.empty((len(INT_FEATURES), n), np.float64)
         for j, name in enumerate(INT_FEATURES):
-            _float_values(_column(table, name, pa.int64(), source), self._dense[j])
+            float_values(_column(table, name, pa.int64(), source), self._dense[j])
         self._ids = np.empty((_NCAT, n), np.int32)  # -1 where missing
         hits: list[np.ndarray | None] = []
         for j, name in enumerate(CAT_FEATURES):
@@ -69,38 +68,20 @@ class RowGroup:
         if any(h is not None for h in hits):
             self._bad = np.stack([np.zeros(n, bool) if h is None else h for h in hits])
 
-    def split(self, a: int, b: int) -> Columns:
-        """Rows ``a:b`` with their ``ids`` (0 where missing) and ``present``; every array is
-        new, so a stage that writes in place cannot change the cached group."""
+    def rows(self, a: int, b: int) -> Columns:
+        """Rows ``a:b`` with their ``ids`` [26, n] (0 where missing) and ``present``; the dense
+        and label columns are read-only views of the cached group (no stage writes its input
+        in place), the rest are new."""
         row_id = np.arange(self.first_row + a, self.first_row + b, dtype=np.int64)
-        if self._bad is not None and (hit := self._bad[:, a:b].T).any():
-            i, j = np.argwhere(hit)[0]
+        if self._bad is not None and (hit := self._bad[:, a:b]).any():
+            i, j = first_hit(hit)
             raise BadRow(int(row_id[i]), CAT_FEATURES[j], _NOT_HEX)
-        ids = _transpose(self._ids[:, a:b])
+        ids = self._ids[:, a:b]
         present = ids >= 0
-        np.maximum(ids, 0, out=ids)
-        dense = _transpose(self._dense[:, a:b])
-        return {"row_id": row_id, "label": self._label[a:b].copy(), "dense": dense,
-                "ids": ids, "present": present}  # fmt: skip
-
-
-def _transpose(x: np.ndarray) -> np.ndarray:
-    """A new C-ordered ``x.T``, written a column at a time (for a few thousand rows, twice as
-    fast as ``np.ascontiguousarray(x.T)``)."""
-    out = np.empty(x.shape[::-1], x.dtype)
-    for j, row in enumerate(x):
-        out[:, j] = row
-    return out
-
-
-def _float_values(arr: pa.Array, out: np.ndarray) -> None:
-    """An int64 column into ``out`` as float64, NaN where null: ``to_numpy``'s values at half
-    its cost."""
-    if len(arr) == 0:
-        return
-    out[:] = np.frombuffer(arr.buffers()[1], np.int64, len(arr), arr.offset * 8)
-    if arr.null_count:  # put at the indices: twice as fast as a boolean mask
-        out.put(np.flatnonzero(~_validity(arr)), np.nan)
+        dense, label = self._dense[:, a:b], self._label[a:b]
+        dense.flags.writeable = label.flags.writeable = False
+        return {"row_id": row_id, "label": label, "dense": dense,
+                "ids": np.maximum(ids, 0), "present": present}  # fmt: skip
 
 
 def _feature_ids(

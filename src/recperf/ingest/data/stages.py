@@ -1,9 +1,14 @@
-"""The work of each pipeline stage as pure numpy functions over column dicts, and the splits the
-read stage works through (Parquet row-group slices, TSV byte ranges)."""
+"""The work of each pipeline stage, and the splits the read stage works through (Parquet
+row-group slices, TSV byte ranges). A stage takes one chunk per call (a ``Block``: a run of
+consecutive splits, by default a whole 65,536-row group, as one set of columns) and works on
+all of its rows in whole-chunk numpy and pyarrow calls, which release the GIL; batches are cut
+only at collate, as views."""
 
 from __future__ import annotations
 
 import gzip
+import itertools
+import os
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -15,8 +20,9 @@ import pyarrow.parquet as pq
 
 from recperf.core.errors import TraceFormatError
 from recperf.ingest.data import decode as dec
+from recperf.ingest.data import kernels
 from recperf.ingest.data import rowgroup as rg
-from recperf.ingest.data.criteo import _files, open_parquet
+from recperf.ingest.data.criteo import CAT_FEATURES, _files, open_parquet
 from recperf.ingest.data.decode import BadRow as BadRow
 from recperf.ingest.data.decode import Columns as Columns
 
@@ -98,10 +104,10 @@ def _open(path: str | Path) -> IO[bytes]:
 
 
 class SplitReader:
-    """Does the whole read stage: a TSV split to row-aligned and dictionary columns (see
-    ``decode.arrow_columns``), a Parquet split to row-aligned columns with ``ids`` and
+    """Does the whole read stage: TSV splits to row-aligned and dictionary columns (see
+    ``decode.arrow_columns``), Parquet splits to row-aligned columns with ``ids`` and
     ``present`` (see ``rowgroup.RowGroup``). Keeps the last Parquet file and decoded row group,
-    and an open gzip stream, so that a worker reading one group's splits in order decodes each
+    and an open gzip stream, so that a worker reading one group's chunks in order decodes each
     byte once."""
 
     def __init__(self) -> None:
@@ -110,17 +116,32 @@ class SplitReader:
         self._gz: tuple[str, IO[bytes], int] | None = None
 
     def read(self, split: Split) -> Columns:
-        if split.kind == "parquet":
-            return self._parquet(split)
-        if split.kind == "tsv":
-            with open(split.file, "rb") as fh:
-                fh.seek(split.a)
-                data = fh.read(split.b - split.a)
-        else:
-            data = self._gz_read(split)
-        return dec.parse_tsv(data, split.file, split.first_line, split.first_row)
+        """One split's columns (see ``read_chunk``)."""
+        return self.read_chunk((split,)).cols
 
-    def _parquet(self, split: Split) -> Columns:
+    def read_chunk(self, splits: Sequence[Split], raw: Sequence[bytes] | None = None) -> Block:
+        """Consecutive splits of one file (and row group) as one block, decoded in one pass;
+        ``raw``: their TSV bytes, already fetched."""
+        first, last = splits[0], splits[-1]
+        if first.kind == "parquet":
+            cols = self._parquet(first, last.b)
+            return Block(cols, tuple(s.b - s.a for s in splits))
+        if raw is not None:
+            data = b"".join(raw)
+        elif first.kind == "tsv":
+            fd = os.open(first.file, os.O_RDONLY)
+            try:
+                data = os.pread(fd, last.b - first.a, first.a)
+            finally:
+                os.close(fd)
+        else:
+            data = b"".join([self._gz_read(s) for s in splits])
+        cols = dec.parse_tsv(data, first.file, first.first_line, first.first_row)
+        ends = [s.first_row - first.first_row for s in splits[1:]]
+        return Block(cols, tuple(np.diff([0, *ends, len(cols["row_id"])]).tolist()))
+
+    def _parquet(self, split: Split, b: int) -> Columns:
+        """Rows ``split.a:b`` of the split's row group."""
         key = (split.file, split.group)
         if self._group is None or self._group[0] != key:
             self._group = None  # free the last group before the next is read
@@ -131,7 +152,7 @@ class SplitReader:
             group_row = split.first_row - split.a
             group = rg.read_parquet_group(self._file[1], split.file, split.group, group_row)
             self._group = (key, group)
-        return self._group[1].split(split.a, split.b)
+        return self._group[1].rows(split.a, b)
 
     def _gz_read(self, split: Split) -> bytes:
         if self._gz is None or self._gz[0] != split.file or self._gz[2] > split.a:
@@ -153,95 +174,185 @@ class SplitReader:
 
 # ------------------------------------------------------------------------------ stage work
 
+_BATCH_ROWS = "batch_rows"
+_NCAT = len(CAT_FEATURES)
 
-def dense_transform(cols: Columns) -> Columns:
+
+@dataclass(slots=True, frozen=True)
+class Block:
+    """One chunk of consecutive batches as one set of row-aligned columns: per-row columns
+    [n], per-feature columns feature-major [features, n] (and, before the sparse stage, a TSV
+    chunk's dictionaries, which are not row-aligned); ``batch_rows``: each batch's rows, in
+    order. No stage writes a block's arrays in place: they may view a cached row group or a
+    read-only mapping."""
+
+    cols: Columns
+    batch_rows: tuple[int, ...]
+
+    @property
+    def rows(self) -> int:
+        return int(self.cols["row_id"].shape[0])
+
+    def pack(self) -> Columns:
+        """The block as one set of columns, for a hand-off through shared memory."""
+        return {**self.cols, _BATCH_ROWS: np.asarray(self.batch_rows, np.int64)}
+
+    @staticmethod
+    def unpack(cols: Columns) -> Block:
+        rest = {k: v for k, v in cols.items() if k != _BATCH_ROWS}
+        return Block(rest, tuple(int(r) for r in cols[_BATCH_ROWS]))
+
+
+def _take_rows(cols: Columns, idx: np.ndarray) -> Columns:
+    """Rows ``idx`` of every row-aligned column (the row axis is the last)."""
+    if any(k in cols for k in dec.DICT_KEYS):
+        raise ValueError("a block's dictionary columns are not row-aligned: run sparse first")
+    return {k: np.take(v, idx, axis=v.ndim - 1) for k, v in cols.items()}  # take: ~4x a mask's
+
+
+def dense_transform(block: Block) -> Block:
     """Fill missing with 0, clip negatives to 0, log1p; float32."""
     # fmax ignores NaN, so one pass does both the fill and the clip; log1p runs in float64
     # (as it always has, for the same float32 bits) into that fresh array, then rounds once
-    x = np.fmax(cols["dense"], 0.0)
+    x = np.fmax(block.cols["dense"], 0.0)
     dense = np.log1p(x, out=x).astype(np.float32)
-    return {**cols, "dense": dense}
+    return Block({**block.cols, "dense": dense}, block.batch_rows)
 
 
-def sparse_transform(cols: Columns) -> Columns:
+def sparse_transform(block: Block) -> Block:
     """The dictionary columns to ``ids`` (8-hex-digit value modulo each feature's table size)
     and ``present`` (the non-missing entries; a missing feature becomes an empty bag at
-    collate). Each dictionary entry is decoded once; rows gather by code. Parquet splits come
+    collate). Each dictionary entry is decoded once; rows gather by code. Parquet chunks come
     from the read stage decoded already (their row group's dictionaries are decoded once for all
-    of its splits there), and pass through."""
+    of its chunks there), and pass through."""
+    cols = block.cols
     if "ids" in cols:
-        return cols
+        return block
     ids, present = dec.lookup_ids(cols)
     rest = {k: v for k, v in cols.items() if k not in dec.DICT_KEYS}
-    return {**rest, "ids": ids, "present": present}
+    return Block({**rest, "ids": ids, "present": present}, block.batch_rows)
 
 
-def downsample(cols: Columns, rate: float, seed: int) -> Columns:
-    """Keep every positive and a deterministic ``rate`` share of negatives (a hash of the row id
-    and seed decides, so a redone or resized run keeps exactly the same rows)."""
-    z = cols["row_id"].astype(np.uint64) + np.uint64(seed * 0x9E3779B97F4A7C15 % 2**64)
+def kept_rows(row_id: np.ndarray, label: np.ndarray, rate: float, seed: int) -> np.ndarray:
+    """Positions of the rows downsampling keeps: every positive and a deterministic ``rate``
+    share of negatives (a hash of the row id and seed decides, so a redone or resized run keeps
+    exactly the same rows)."""
+    z = row_id.astype(np.uint64) + np.uint64(seed * 0x9E3779B97F4A7C15 % 2**64)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z ^= z >> np.uint64(31)
-    keep = np.flatnonzero((cols["label"] == 1) | (z < np.uint64(min(rate, 1.0) * 2.0**64 - 1)))
-    return {k: np.take(v, keep, axis=0) for k, v in cols.items()}  # take: ~4x a mask's speed
+    return np.flatnonzero((label == 1) | (z < np.uint64(min(rate, 1.0) * 2.0**64 - 1)))
 
 
-def shuffle(items: Sequence[Columns], seed: int, window: int) -> list[Columns]:
-    """Permute the rows of a window of items among themselves (seeded by ``seed`` and the
-    window index) and cut them back into items of the same sizes."""
-    sizes = [len(it["row_id"]) for it in items]
-    if len(items) == 1:
-        merged = dict(items[0])
-    else:
-        merged = {k: np.concatenate([it[k] for it in items]) for k in items[0]}
-    perm = np.random.default_rng([seed, window]).permutation(sum(sizes))
-    parts = np.split(perm, np.cumsum(sizes)[:-1])
-    return [{k: np.take(v, p, axis=0) for k, v in merged.items()} for p in parts]
+def downsample(block: Block, rate: float, seed: int) -> Block:
+    """The rows ``kept_rows`` keeps; each batch keeps its own survivors."""
+    keep = kept_rows(block.cols["row_id"], block.cols["label"], rate, seed)
+    ends = np.cumsum((0, *block.batch_rows))
+    sizes = np.diff(np.searchsorted(keep, ends))
+    return Block(_take_rows(block.cols, keep), tuple(sizes.tolist()))
+
+
+def shuffle(block: Block, seqs: Sequence[int], seed: int, window: int) -> Block:
+    """Permute the rows of each window of ``window`` batches among themselves (seeded by
+    ``seed`` and the seq of the window's first batch; ``seqs``: the block's batch seqs) and cut
+    them back into batches of the same sizes; one gather for the whole block."""
+    ends = np.cumsum((0, *block.batch_rows)).tolist()
+    parts = []
+    for a in range(0, len(block.batch_rows), window):
+        lo, hi = ends[a], ends[min(a + window, len(block.batch_rows))]
+        perm = np.random.default_rng([seed, seqs[a]]).permutation(hi - lo)
+        parts.append(perm + lo if lo else perm)
+    idx = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    return Block(_take_rows(block.cols, idx), block.batch_rows)
 
 
 def apply_stage(
     name: str,
-    cols: list[Columns],
+    block: Block,
     seqs: Sequence[int],
     seed: int,
     downsample_rate: float,
     shuffle_window: int,
-) -> list[Columns]:
-    """Run stage ``name`` (any but read) on a chunk of consecutive batches whose item sequence
-    numbers are ``seqs``: per batch, or for shuffle per window of ``shuffle_window`` batches
-    seeded by the window's first seq (so the rows of every batch depend on the seed and the
-    data only, whichever engine or worker runs it)."""
+) -> Block:
+    """Run stage ``name`` (any but read and collate) on a block whose batches' sequence numbers
+    are ``seqs``: shuffle windows are seeded by their first seq, so the rows of every batch
+    depend on the seed and the data only, whichever engine or worker runs it."""
     if name == "dense":
-        return [dense_transform(c) for c in cols]
+        return dense_transform(block)
     if name == "sparse":
-        return [sparse_transform(c) for c in cols]
+        return sparse_transform(block)
     if name == "downsample":
-        return [downsample(c, downsample_rate, seed) for c in cols]
-    if name == "collate":
-        return [collate(c) for c in cols]
+        return downsample(block, downsample_rate, seed)
     if name == "shuffle":
-        k = shuffle_window
-        out: list[Columns] = []
-        for a in range(0, len(cols), k):  # windows of k batches, seeded by their first seq
-            out += shuffle(cols[a : a + k], seed, seqs[a])
-        return out
+        return shuffle(block, seqs, seed, shuffle_window)
     raise ValueError(f"unknown stage {name!r}")
 
 
-def collate(cols: Columns) -> Columns:
-    """Training layout: dense float32 [n,13], labels float32, and the 26 sparse features as
-    KeyedJaggedTensor values/lengths/offsets in feature-major order (missing = empty bag)."""
-    # transpose into contiguous copies first: masking a transposed view is ~3x slower
-    present = np.ascontiguousarray(cols["present"].T).reshape(-1)
-    ids = cols["ids"].T.astype(np.int64, order="C").reshape(-1)
-    offsets = np.zeros(present.size + 1, np.int32)
-    np.cumsum(present, out=offsets[1:])
-    return {
-        "row_id": cols["row_id"],
-        "labels": cols["label"].astype(np.float32),
-        "dense": np.ascontiguousarray(cols["dense"], np.float32),
-        "values": ids[present],
-        "lengths": present.astype(np.int32),
-        "offsets": offsets,
-    }
+def collate(block: Block) -> list[Columns]:
+    """Training layout, a dict per batch: dense float32 [n,13], labels float32, and the 26
+    sparse features as KeyedJaggedTensor values/lengths/offsets in feature-major order (missing
+    = empty bag). The whole chunk is laid out in one compiled pass (``kernels``) and its
+    batches are views of it; without numba, each run of equal-sized batches in one numpy call
+    per column, the same bytes."""
+    cols = block.cols
+    sizes = np.asarray(block.batch_rows, np.int64)
+    laid = kernels.collate_arrays(cols["ids"], cols["present"], cols["dense"], sizes)
+    if laid is not None:
+        values, lengths, offsets, dense, starts = laid
+        labels = cols["label"].astype(np.float32)
+        ends = np.cumsum((0, *block.batch_rows)).tolist()
+        return [
+            {
+                "row_id": cols["row_id"][a:b],
+                "labels": labels[a:b],
+                "dense": dense[a:b],
+                "values": values[starts[i] : starts[i + 1]],
+                "lengths": lengths[_NCAT * a : _NCAT * b],
+                "offsets": offsets[_NCAT * a + i : _NCAT * b + i + 1],
+            }
+            for i, (a, b) in enumerate(itertools.pairwise(ends))
+        ]
+    return collate_numpy(block)
+
+
+def collate_numpy(block: Block) -> list[Columns]:
+    """``collate`` in numpy calls (the path without numba)."""
+    out: list[Columns] = []
+    sizes = block.batch_rows
+    row = i = 0
+    while i < len(sizes):
+        k = 1
+        while i + k < len(sizes) and sizes[i + k] == sizes[i]:
+            k += 1
+        out += _collate_run(block.cols, row, sizes[i], k)
+        row += sizes[i] * k
+        i += k
+    return out
+
+
+def _collate_run(cols: Columns, a: int, b: int, k: int) -> list[Columns]:
+    """``k`` batches of ``b`` rows from row ``a`` on."""
+    rows = slice(a, a + k * b)
+    # [features, k*b] -> [k, features, b]: each batch's feature-major block, side by side
+    present = cols["present"][:, rows].reshape(_NCAT, k, b).transpose(1, 0, 2)
+    lengths = present.astype(np.int32)
+    ids = cols["ids"][:, rows].reshape(_NCAT, k, b).transpose(1, 0, 2)
+    values = ids[present].astype(np.int64)
+    offsets = np.zeros((k, _NCAT * b + 1), np.int32)
+    np.cumsum(lengths.reshape(k, -1), axis=1, out=offsets[:, 1:])
+    starts = np.zeros(k + 1, np.int64)
+    np.cumsum(offsets[:, -1], out=starts[1:])
+    dense = np.ascontiguousarray(cols["dense"][:, rows].T, np.float32)
+    labels = cols["label"][rows].astype(np.float32)
+    row_id = cols["row_id"][rows]
+    return [
+        {
+            "row_id": row_id[j * b : (j + 1) * b],
+            "labels": labels[j * b : (j + 1) * b],
+            "dense": dense[j * b : (j + 1) * b],
+            "values": values[starts[j] : starts[j + 1]],
+            "lengths": lengths[j].reshape(-1),
+            "offsets": offsets[j],
+        }
+        for j in range(k)
+    ]

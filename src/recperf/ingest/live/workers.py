@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from recperf.core.errors import RecperfError, TraceFormatError
-from recperf.ingest.data import decode as dec
 from recperf.ingest.data import stages as st
 from recperf.ingest.live import items
 from recperf.ingest.live.items import Columns, ItemRef, Layout
@@ -163,22 +162,21 @@ def run_delay_s() -> float:
 
 def _read(
     msg: TaskMsg, reader: st.SplitReader, fetched: Fetched | None
-) -> tuple[list[Columns], float, float]:
-    """The chunk's splits as columns; also the wall time spent waiting for storage and the CPU
-    its requests took on I/O threads."""
+) -> tuple[st.Block, float, float]:
+    """The chunk's splits as one block; also the wall time spent waiting for storage and the
+    CPU its requests took on I/O threads."""
     if fetched is None:
-        return [reader.read(s) for s in msg.splits], 0.0, 0.0
-    cols, waited, io_cpu = [], 0.0, 0.0
-    for split, fut in zip(msg.splits, fetched, strict=True):
+        return reader.read_chunk(msg.splits), 0.0, 0.0
+    raw: list[bytes] = []
+    waited, io_cpu = 0.0, 0.0
+    for fut in fetched:
         t = time.perf_counter()
-        raw, cpu = fut.result()
+        data, cpu = fut.result()
         waited += time.perf_counter() - t
         io_cpu += cpu
-        if raw is None:
-            cols.append(reader.read(split))
-        else:
-            cols.append(dec.parse_tsv(raw, split.file, split.first_line, split.first_row))
-    return cols, waited, io_cpu
+        if data is not None:
+            raw.append(data)
+    return reader.read_chunk(msg.splits, raw or None), waited, io_cpu
 
 
 def run_task(
@@ -188,29 +186,37 @@ def run_task(
     maps: SlotMaps | None,
     fetched: Fetched | None = None,
 ) -> DoneMsg:
-    """Run the task's stages on this thread and hand the chunk on as the message says: into
-    ring slots, into one shared-memory file, or as the Python objects themselves. CPU is this
-    thread's (``thread_time``), so threads of one process are timed apart."""
+    """Run the task's stages on this thread, each once over the whole chunk, and hand the
+    chunk on as the message says: cut into batches into ring slots, packed into one
+    shared-memory file, or as the Python objects themselves. CPU is this thread's
+    (``thread_time``), so threads of one process are timed apart."""
     n = len(work.stages)
     cpu, wall, rows = [0.0] * n, [0.0] * n, [0] * n
     wall0 = time.perf_counter()
     t = time.thread_time()
+    block: st.Block | None = None
     if msg.local is not None:
-        cols = list(msg.local)
-    else:
-        cols = [] if msg.source is None else items.unpack(items.read_item(msg.source))
+        block = st.Block.unpack(msg.local[0])
+    elif msg.source is not None:
+        block = st.Block.unpack(items.unpack(items.read_item(msg.source))[0])
     handoff = time.thread_time() - t
+    batches: list[Columns] = []
     delay = run_delay_s()
     for i in range(msg.start, work.stop):
         t, w0, waited = time.thread_time(), time.perf_counter(), 0.0
-        if work.stages[i] == "read":
-            cols, waited, io_cpu = _read(msg, reader, fetched)
+        name = work.stages[i]
+        if name == "read":
+            block, waited, io_cpu = _read(msg, reader, fetched)
             cpu[i] += io_cpu
-            rows[i] = sum(len(c["row_id"]) for c in cols)
+            rows[i] = block.rows
         else:
-            rows[i] = sum(len(c["row_id"]) for c in cols)
-            cols = st.apply_stage(work.stages[i], cols, msg.seqs, work.seed,
-                                  work.downsample_rate, work.shuffle_window)  # fmt: skip
+            assert block is not None
+            rows[i] = block.rows
+            if name == "collate":
+                batches = st.collate(block)
+            else:
+                block = st.apply_stage(name, block, msg.seqs, work.seed,
+                                       work.downsample_rate, work.shuffle_window)  # fmt: skip
         cpu[i] += time.thread_time() - t
         delay, before = run_delay_s(), delay
         wall[i] = max(0.0, time.perf_counter() - w0 - waited - (delay - before))
@@ -218,20 +224,27 @@ def run_task(
     out: ItemRef | None = None
     layouts: tuple[Layout, ...] = ()
     local: tuple[Columns, ...] = ()
-    if msg.slots:
-        assert maps is not None
-        layouts = tuple(maps.write(p, c) for p, c in zip(msg.slots, cols, strict=True))
-    elif msg.out_path:
-        out = items.write_item(msg.out_path, items.pack(cols), msg.reuse)
+    if work.stages[work.stop - 1] == "collate":
+        rows_out = tuple(len(c["row_id"]) for c in batches)
+        if msg.slots:
+            assert maps is not None
+            layouts = tuple(maps.write(p, c) for p, c in zip(msg.slots, batches, strict=True))
+        else:
+            local = tuple(batches)
     else:
-        local = tuple(cols)
+        assert block is not None
+        rows_out = block.batch_rows
+        if msg.out_path:
+            out = items.write_item(msg.out_path, items.pack([block.pack()]), msg.reuse)
+        else:
+            local = (block.pack(),)
     handoff += time.thread_time() - t
     return DoneMsg(
         task_id=msg.task_id,
         attempt=msg.attempt,
         out=out,
         layouts=layouts,
-        rows_out=tuple(len(c["row_id"]) for c in cols),
+        rows_out=rows_out,
         stage_cpu_s=tuple(cpu),
         stage_rows=tuple(rows),
         busy_s=time.perf_counter() - wall0,

@@ -5,9 +5,10 @@ functions and shuffle windows, so the rows of every batch match the native engin
 
 Source item ``i`` is read task ``i`` of the native engine's order (``Plan.next_read_task``):
 epoch ``i // tasks_per_epoch``, that epoch's task ``i % tasks_per_epoch``. Between operators a
-block has one row per chunk: column ``chunk`` an object array holding the chunk's list of
-column dicts (Ray Data stores it as a pickled-object Arrow column, pickle's default protocol
-4: each numpy array is copied into the pickle and out of it, and comes out writable) and column
+block has one row per chunk: column ``chunk`` an object array holding the chunk as a list of
+column dicts (its packed ``stages.Block``; after collate, its batches. Ray Data stores it as a
+pickled-object Arrow column, pickle's default protocol 4: each numpy array is copied into the
+pickle and out of it, and comes out writable) and column
 ``seq`` the item sequence number of its first batch (the shuffle seeds its windows by it). The
 last segment's chunks hold collated dicts, which ``consume`` turns into ``Batch``es without a
 further copy.
@@ -106,7 +107,8 @@ class _CriteoRunner:
             out[k] = c
         result: Block = {CHUNK: out, SEQ: np.asarray(seqs, np.int64)}
         handoff = time.thread_time() - t
-        rows_out = sum(len(c["row_id"]) for chunk in chunks for c in chunk)
+        rows_out = sum(len(c["row_id"]) for chunk in chunks for c in chunk)  # a packed
+        # block's row_id holds all of its rows, as the collated batches' do together
         times = StageTimes(rows=tuple(rows), cpu_s=tuple(cpu), wall_s=tuple(wall),
                            rows_out=rows_out, handoff_s=handoff)  # fmt: skip
         return result, times
@@ -120,23 +122,33 @@ class _CriteoRunner:
         wall: list[float],
         rows: list[int],
     ) -> list[st.Columns]:
-        """The segment's stages on one chunk, as the native worker runs them, each timed."""
+        """The segment's stages on one chunk, as the native worker runs them (each once over
+        the whole chunk), each timed; the chunk comes and goes as a list of column dicts: its
+        packed block (before collate) or its collated batches."""
         w = self.work
+        block = None if task is not None else st.Block.unpack(cols[0])
         for i, name in enumerate(w.stages):
             t, w0, waited = time.thread_time(), time.perf_counter(), 0.0
             if name == "read":
                 assert task is not None
                 waited = self._wait_storage(len(task.splits))
-                cols = [self.reader.read(s) for s in task.splits]
-                rows[i] += sum(len(c["row_id"]) for c in cols)
+                block = self.reader.read_chunk(task.splits)
+                rows[i] += block.rows
             else:
-                rows[i] += sum(len(c["row_id"]) for c in cols)
-                seqs = range(seq0, seq0 + len(cols))
-                cols = st.apply_stage(name, cols, seqs, w.seed, w.downsample_rate,
-                                      w.shuffle_window)  # fmt: skip
+                assert block is not None
+                rows[i] += block.rows
+                if name == "collate":
+                    cols = st.collate(block)
+                else:
+                    seqs = range(seq0, seq0 + len(block.batch_rows))
+                    block = st.apply_stage(name, block, seqs, w.seed, w.downsample_rate,
+                                           w.shuffle_window)  # fmt: skip
             cpu[i] += time.thread_time() - t
             wall[i] += max(0.0, time.perf_counter() - w0 - waited)
-        return cols
+        if w.stages[-1] == "collate":
+            return cols
+        assert block is not None
+        return [block.pack()]
 
     def _wait_storage(self, splits: int) -> float:
         """The emulated storage wait of a chunk's requests, overlapped ``read_concurrency`` at

@@ -1,0 +1,191 @@
+"""Compiled whole-chunk kernels of the read and collate stages (numba, ``nogil``): a Criteo TSV
+parser that knows the fixed 40-field layout and decodes the hex fields straight from the bytes,
+and the collate layout of a chunk's batches. Each runs a whole chunk in one call with the GIL
+released and one pass over its bytes. Where numba is not installed (or ``RECPERF_NO_NUMBA`` is
+set) the callers use the vectorised numpy / pyarrow path, which gives the same bytes (tested)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+_NDENSE, _NCAT = 13, 26
+
+try:
+    if os.environ.get("RECPERF_NO_NUMBA"):
+        raise ImportError("RECPERF_NO_NUMBA is set")
+    from numba import njit
+except ImportError:  # the numpy / pyarrow path does the same work
+    AVAILABLE = False
+
+    def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return fn
+else:
+    AVAILABLE = True
+
+    def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
+        # cache: compiled once per machine, not once per process (workers start often)
+        return njit(nogil=True, cache=True)(fn)
+
+
+CLEAN = 0
+"""``parse_tsv``'s status when every line is in the plain layout it parses."""
+
+
+@_jit
+def _parse_tsv(
+    buf: np.ndarray,
+    card: np.ndarray,
+    label: np.ndarray,
+    dense: np.ndarray,
+    ids: np.ndarray,
+    present: np.ndarray,
+) -> tuple[int, int]:  # pragma: no cover - compiled (its twin is tested against pyarrow)
+    """Lines of ``buf`` into the output arrays; (rows, status): status CLEAN, or 1 + the row of
+    the first line outside the plain layout (label 0 or 1; 13 integer fields of at most 18
+    digits, or empty; 26 fields of 8 hex digits, or empty; tabs between, a newline or the end
+    after), which the caller hands to the general parser to accept or name the error."""
+    n_cap = label.shape[0]
+    size = buf.shape[0]
+    pos = 0
+    row = 0
+    while pos < size:
+        if row >= n_cap:
+            return row, 1 + row
+        c = buf[pos]
+        if (c != 48 and c != 49) or pos + 1 >= size or buf[pos + 1] != 9:
+            return row, 1 + row
+        label[row] = c - 48
+        pos += 2
+        for j in range(_NDENSE):
+            neg = False
+            if pos < size and buf[pos] == 45:
+                neg = True
+                pos += 1
+            v = 0
+            digits = 0
+            while pos < size:
+                c = buf[pos]
+                if c < 48 or c > 57:
+                    break
+                v = v * 10 + (c - 48)
+                digits += 1
+                pos += 1
+            if pos >= size or buf[pos] != 9 or digits > 18 or (neg and digits == 0):
+                return row, 1 + row
+            if digits == 0:
+                dense[j, row] = np.nan
+            else:
+                dense[j, row] = float(-v if neg else v)
+            pos += 1
+        for j in range(_NCAT):
+            last = j == _NCAT - 1
+            if pos >= size or buf[pos] == 9 or buf[pos] == 10:  # empty: a missing feature
+                if (pos >= size or buf[pos] == 10) != last:
+                    return row, 1 + row
+                ids[j, row] = 0
+                present[j, row] = False
+                pos += 1
+                continue
+            if pos + 8 > size:
+                return row, 1 + row
+            v = 0
+            for k in range(8):
+                c = buf[pos + k]
+                if 48 <= c <= 57:
+                    d = c - 48
+                elif 97 <= c <= 102:
+                    d = c - 87
+                elif 65 <= c <= 70:
+                    d = c - 55
+                else:
+                    return row, 1 + row
+                v = v * 16 + d
+            pos += 8
+            end = pos >= size or buf[pos] == 10
+            if end != last or (not end and buf[pos] != 9):
+                return row, 1 + row
+            ids[j, row] = v % card[j]
+            present[j, row] = True
+            pos += 1
+        row += 1
+    return row, CLEAN
+
+
+def parse_tsv(
+    data: bytes, card: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Whole Criteo TSV lines to label int8 [n], dense float64 [13,n] (NaN where missing), ids
+    int32 [26,n] (hex value modulo ``card``, 0 where missing) and present bool [26,n]; None
+    where a line is outside the plain layout (the general parser then decides) or numba is not
+    installed."""
+    if not AVAILABLE or not data:
+        return None
+    buf = np.frombuffer(data, np.uint8)
+    n = int(np.count_nonzero(buf == 10)) + (buf[-1] != 10)
+    label = np.empty(n, np.int8)
+    dense = np.empty((_NDENSE, n), np.float64)
+    ids = np.empty((_NCAT, n), np.int32)
+    present = np.empty((_NCAT, n), np.bool_)
+    rows, status = _parse_tsv(buf, card.astype(np.int64), label, dense, ids, present)
+    if status != CLEAN or rows != n:
+        return None
+    return label, dense, ids, present
+
+
+@_jit
+def _collate(
+    ids: np.ndarray,
+    present: np.ndarray,
+    dense: np.ndarray,
+    sizes: np.ndarray,
+    values: np.ndarray,
+    lengths: np.ndarray,
+    offsets: np.ndarray,
+    dense_out: np.ndarray,
+    starts: np.ndarray,
+) -> None:  # pragma: no cover - compiled (its twin is tested against the numpy path)
+    """Every batch's feature-major lengths, offsets and values, and its dense rows, in one pass:
+    batch ``i`` of ``sizes[i]`` rows has lengths ``[26*a, 26*(a+b))``, offsets
+    ``[26*a + i, 26*(a+b) + i + 1)`` and values ``[starts[i], starts[i+1])`` (a: its first row)."""
+    a = 0
+    k = 0
+    for i in range(sizes.shape[0]):
+        b = sizes[i]
+        o = _NCAT * a + i
+        offsets[o] = 0
+        starts[i] = k
+        k0 = k
+        for f in range(_NCAT):
+            base = _NCAT * a + f * b
+            for r in range(b):  # branch-free: a missing entry's value is overwritten next
+                p = 1 if present[f, a + r] else 0
+                lengths[base + r] = p
+                values[k] = ids[f, a + r]
+                k += p
+                offsets[o + 1 + f * b + r] = k - k0
+        for r in range(b):
+            for j in range(_NDENSE):
+                dense_out[a + r, j] = dense[j, a + r]
+        a += b
+    starts[sizes.shape[0]] = k
+
+
+def collate_arrays(
+    ids: np.ndarray, present: np.ndarray, dense: np.ndarray, sizes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """``_collate``'s outputs (values int64, lengths int32, offsets int32, dense float32 [n,13],
+    starts int64) for a chunk; None where numba is not installed."""
+    if not AVAILABLE:
+        return None
+    n = int(sizes.sum())
+    values = np.empty(int(np.count_nonzero(present)) + 1, np.int64)  # +1: the last write
+    lengths = np.empty(_NCAT * n, np.int32)
+    offsets = np.empty(_NCAT * n + len(sizes), np.int32)
+    dense_out = np.empty((n, _NDENSE), np.float32)
+    starts = np.empty(len(sizes) + 1, np.int64)
+    _collate(ids, present, dense, sizes, values, lengths, offsets, dense_out, starts)
+    return values, lengths, offsets, dense_out, starts
