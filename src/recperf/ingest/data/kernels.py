@@ -93,17 +93,14 @@ def _parse_tsv(
             if pos + 8 > size:
                 return row, 1 + row
             v = 0
-            for k in range(8):
-                c = buf[pos + k]
-                if 48 <= c <= 57:
-                    d = c - 48
-                elif 97 <= c <= 102:
-                    d = c - 87
-                elif 65 <= c <= 70:
-                    d = c - 55
-                else:
-                    return row, 1 + row
-                v = v * 16 + d
+            ok = True
+            for k in range(8):  # branch-free: a digit's low nibble, plus 9 for a letter
+                c = int(buf[pos + k])
+                low = c | 0x20
+                ok &= ((c >= 48) & (c <= 57)) | ((low >= 97) & (low <= 102))
+                v = (v << 4) | ((c & 0xF) + 9 * ((c >> 6) & 1))
+            if not ok:
+                return row, 1 + row
             pos += 8
             end = pos >= size or buf[pos] == 10
             if end != last or (not end and buf[pos] != 9):
@@ -189,3 +186,73 @@ def collate_arrays(
     starts = np.empty(len(sizes) + 1, np.int64)
     _collate(ids, present, dense, sizes, values, lengths, offsets, dense_out, starts)
     return values, lengths, offsets, dense_out, starts
+
+
+@_jit
+def _dictionary_ids(
+    offsets: np.ndarray,
+    data: np.ndarray,
+    indices: np.ndarray,
+    valid: np.ndarray,
+    card: int,
+    ids: np.ndarray,
+    present: np.ndarray,
+) -> bool:  # pragma: no cover - compiled (its twin is tested against the numpy path)
+    """A dictionary column's ids (entry's hex value modulo ``card``, 0 where missing) and
+    present flags; False (outputs undefined) where an entry is neither empty nor 8 hex digits,
+    for the general path to name. ``valid``: the rows' validity (empty: no nulls)."""
+    m = offsets.shape[0] - 1
+    table = np.empty(m + 1, np.int32)  # the last: what a null row gathers
+    table[m] = -1
+    for e in range(m):
+        a = offsets[e]
+        size = offsets[e + 1] - a
+        if size == 0:
+            table[e] = -1
+            continue
+        if size != 8:
+            return False
+        v = 0
+        ok = True
+        for k in range(8):  # branch-free: a digit's low nibble, plus 9 for a letter
+            c = int(data[a + k])
+            low = c | 0x20
+            ok &= ((c >= 48) & (c <= 57)) | ((low >= 97) & (low <= 102))
+            v = (v << 4) | ((c & 0xF) + 9 * ((c >> 6) & 1))
+        if not ok:
+            return False
+        table[e] = v % card
+    if valid.shape[0] > 0:
+        for r in range(indices.shape[0]):  # branch-free: a null row gathers the last entry
+            t = table[m + (indices[r] - m) * valid[r]]
+            present[r] = t >= 0
+            ids[r] = max(t, 0)
+    else:
+        for r in range(indices.shape[0]):
+            t = table[indices[r]]
+            present[r] = t >= 0
+            ids[r] = max(t, 0)
+    return True
+
+
+def dictionary_ids(arr: Any, card: int, ids: np.ndarray, present: np.ndarray) -> bool:
+    """``_dictionary_ids`` for a pyarrow dictionary<string> column with int32 indices, into
+    ``ids`` and ``present``; False where it does not apply (numba missing, another column type,
+    a null dictionary entry, an odd entry), for the numpy path to do (or to name the error)."""
+    import pyarrow as pa
+
+    if not AVAILABLE or not pa.types.is_dictionary(arr.type) or len(arr) == 0:
+        return False
+    d, idx = arr.dictionary, arr.indices
+    if d.type != pa.string() or idx.type != pa.int32() or d.null_count or len(d) == 0:
+        return False
+    offsets = np.frombuffer(d.buffers()[1], np.int32, len(d) + 1, d.offset * 4)
+    data = np.frombuffer(d.buffers()[2], np.uint8)
+    indices = np.frombuffer(idx.buffers()[1], np.int32, len(idx), idx.offset * 4)
+    if idx.null_count:
+        bits = np.frombuffer(idx.buffers()[0], np.uint8)
+        valid = np.unpackbits(bits, count=idx.offset + len(idx), bitorder="little")
+        valid = valid[idx.offset :].view(np.bool_)
+    else:
+        valid = np.empty(0, np.bool_)
+    return bool(_dictionary_ids(offsets, data, indices, valid, int(card), ids, present))

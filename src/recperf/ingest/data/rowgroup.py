@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from recperf.core.errors import TraceFormatError
+from recperf.ingest.data import kernels
 from recperf.ingest.data.criteo import CAT_FEATURES, COLUMNS, INT_FEATURES
 from recperf.ingest.data.decode import (
     _CARD,
@@ -57,31 +58,36 @@ class RowGroup:
         self._dense = np.empty((len(INT_FEATURES), n), np.float64)
         for j, name in enumerate(INT_FEATURES):
             float_values(_column(table, name, pa.int64(), source), self._dense[j])
-        self._ids = np.empty((_NCAT, n), np.int32)  # -1 where missing
+        self._ids = np.empty((_NCAT, n), np.int32)  # 0 where missing
+        self._present = np.empty((_NCAT, n), bool)
         hits: list[np.ndarray | None] = []
         for j, name in enumerate(CAT_FEATURES):
             arr = _column(table, name, None, source)
+            ids, present = self._ids[j], self._present[j]
+            if kernels.dictionary_ids(arr, int(_CARD[j]), ids, present):  # one compiled pass
+                hits.append(None)
+                continue
             codes, table_j, bad = _feature_ids(arr, j, first_row, source)
-            np.take(table_j, codes, out=self._ids[j], mode="wrap")  # wrap: no buffered copy
+            np.take(table_j, codes, out=ids, mode="wrap")  # wrap: no buffered copy
+            np.greater_equal(ids, 0, out=present)
+            np.maximum(ids, 0, out=ids)
             hits.append(None if bad is None else np.append(bad, False)[codes])
         self._bad = None
         if any(h is not None for h in hits):
             self._bad = np.stack([np.zeros(n, bool) if h is None else h for h in hits])
 
     def rows(self, a: int, b: int) -> Columns:
-        """Rows ``a:b`` with their ``ids`` [26, n] (0 where missing) and ``present``; the dense
-        and label columns are read-only views of the cached group (no stage writes its input
-        in place), the rest are new."""
+        """Rows ``a:b`` with their ``ids`` [26, n] (0 where missing) and ``present``: read-only
+        views of the cached group (no stage writes its input in place), row ids new."""
         row_id = np.arange(self.first_row + a, self.first_row + b, dtype=np.int64)
         if self._bad is not None and (hit := self._bad[:, a:b]).any():
             i, j = first_hit(hit)
             raise BadRow(int(row_id[i]), CAT_FEATURES[j], _NOT_HEX)
-        ids = self._ids[:, a:b]
-        present = ids >= 0
-        dense, label = self._dense[:, a:b], self._label[a:b]
-        dense.flags.writeable = label.flags.writeable = False
-        return {"row_id": row_id, "label": label, "dense": dense,
-                "ids": np.maximum(ids, 0), "present": present}  # fmt: skip
+        cols = {"row_id": row_id, "label": self._label[a:b], "dense": self._dense[:, a:b],
+                "ids": self._ids[:, a:b], "present": self._present[:, a:b]}  # fmt: skip
+        for k in ("label", "dense", "ids", "present"):
+            cols[k].flags.writeable = False
+        return cols
 
 
 def _feature_ids(
