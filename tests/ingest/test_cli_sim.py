@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from recperf.cli.main import app
 from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
+from recperf.ingest.sim import solve
 from recperf.ingest.tuners import dqn
 
 runner = CliRunner()
@@ -45,7 +46,7 @@ def test_simulate_json(tuner: str) -> None:
     summary = json.loads(out)
     assert summary.keys() >= KEYS
     spec = sim.load_spec("criteo-16")
-    bound = sim.lp_bound(spec).throughput_rows_per_s
+    bound = solve.lp_bound(spec).throughput_rows_per_s
     assert summary["lp_bound_rows_per_s"] == pytest.approx(bound)
     alloc = Allocation(workers=tuple(summary["workers"]), cuts=tuple(summary["cuts"]))
     thr = spec.throughput(alloc)
@@ -57,7 +58,7 @@ def test_simulate_json(tuner: str) -> None:
     assert [seg["workers"] for seg in segs] == summary["workers"]
     assert len(summary["stage_workers"]) == spec.n_stages
     assert summary["allocation"]["label"] == alloc.label(spec.stage_names)
-    best = sim.oracle(spec)
+    best = solve.oracle(spec)
     assert summary["oracle_allocation"]["workers"] == list(best.workers)
     assert summary["oracle_rows_per_s"] == pytest.approx(spec.throughput(best))
     assert summary["lp_cuts"] == [1]  # criteo-16's bound: decode | the rest

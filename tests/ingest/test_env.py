@@ -9,7 +9,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from recperf.ingest.sim import env as ienv
-from recperf.ingest.sim.model import PipelineSpec, pattern_bound, pattern_oracle
+from recperf.ingest.sim.model import PipelineSpec
+from recperf.ingest.sim.solve import pattern_bound, pattern_oracle
 
 
 def per_stage_oracle(spec: PipelineSpec) -> tuple[int, ...]:

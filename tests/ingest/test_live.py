@@ -21,7 +21,8 @@ from recperf.ingest.live.target import (
     calibrate,
     spec_toml,
 )
-from recperf.ingest.sim.model import lp_bound, spec_from_mapping
+from recperf.ingest.sim.model import spec_from_mapping
+from recperf.ingest.sim.solve import lp_bound
 
 STAGES = ("read", "dense", "sparse", "shuffle", "collate")
 

@@ -10,7 +10,8 @@ import pytest
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, AllocationRefused
 from recperf.ingest.data.limits import BUNDLED_SPECS
-from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec, lp_bound, segments_of
+from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec
+from recperf.ingest.sim.solve import lp_bound, segments_of
 from recperf.ingest.sim.placement import (
     Network,
     place,

@@ -12,18 +12,14 @@ from hypothesis import strategies as st
 
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, cut_patterns, even_split
-from recperf.ingest.sim.model import (
-    BUNDLED,
-    PipelineSpec,
-    StageSpec,
-    load_spec,
+from recperf.ingest.sim.model import BUNDLED, PipelineSpec, StageSpec, load_spec, spec_from_mapping
+from recperf.ingest.sim.solve import (
     lp_bound,
     oracle,
     pattern_bound,
     pattern_oracle,
     segment_limits,
     segments_of,
-    spec_from_mapping,
 )
 from recperf.ingest.sim.target import SimTarget
 

@@ -17,10 +17,8 @@ from hypothesis import strategies as st
 
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, cut_patterns
-from recperf.ingest.sim.model import (
-    PipelineSpec,
-    StageSpec,
-    load_spec,
+from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec
+from recperf.ingest.sim.solve import (
     lp_bound,
     oracle,
     pattern_bound,

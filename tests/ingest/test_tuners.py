@@ -19,6 +19,7 @@ from recperf.ingest.base import (
     even_split,
 )
 from recperf.ingest.sim import model as sim
+from recperf.ingest.sim import solve
 from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec
 from recperf.ingest.sim.target import SimTarget
 from recperf.ingest.tuners.autotune import Autotune, hill_climb, static_cuts
@@ -62,7 +63,7 @@ def spec_named(name: str) -> PipelineSpec:
 
 
 def fraction_of_oracle(spec: PipelineSpec, alloc: Allocation) -> float:
-    return spec.throughput(alloc) / spec.throughput(sim.oracle(spec))
+    return spec.throughput(alloc) / spec.throughput(solve.oracle(spec))
 
 
 class Hidden:
@@ -111,9 +112,9 @@ def test_conformance(name: str, spec: str) -> None:
     assert result.allocation == result.allocation.normalized(pipeline.n_stages)
     # the LP bound >= the oracle >= any tuner's choice, judged by the noise-free model
     thr = pipeline.throughput(result.allocation)
-    best = pipeline.throughput(sim.oracle(pipeline))
+    best = pipeline.throughput(solve.oracle(pipeline))
     assert thr <= best * (1 + 1e-9)
-    assert best <= sim.lp_bound(pipeline).throughput_rows_per_s * (1 + 1e-9)
+    assert best <= solve.lp_bound(pipeline).throughput_rows_per_s * (1 + 1e-9)
 
 
 @dataclass
@@ -315,7 +316,7 @@ def test_autotune_fuses_statically(
 def test_autotune_cuts_around_the_capped_udf() -> None:
     spec = load_spec("udfcut-4")
     r = Autotune().tune(SimTarget(spec, seed=0), 20.0)
-    assert r.allocation == sim.oracle(spec)  # read+dense+sparse x1 | udf x2 | shuffle+collate x1
+    assert r.allocation == solve.oracle(spec)  # read+dense+sparse x1 | udf x2 | shuffle+collate x1
     assert r.refused == 0
 
 
@@ -386,7 +387,7 @@ def test_ranked_candidates_are_the_best_by_the_model(limit: int) -> None:
 def test_oracle_uses_the_exact_solver_on_the_simulator() -> None:
     spec = load_spec("udf-64")
     r = Oracle().tune(SimTarget(spec), 5.0)
-    assert r.allocation == sim.oracle(spec)
+    assert r.allocation == solve.oracle(spec)
     assert r.steps == 1
 
 
@@ -425,7 +426,7 @@ def test_every_tuner_runs_on_a_segment_view(name: str) -> None:
 
     view = fresh()
     r = check_tuner(TUNERS.build(name), view, 8.0, seed=2, target_factory=fresh, overrun_s=0.0)
-    assert spec.throughput(view.base(r.allocation)) <= spec.throughput(sim.oracle(spec)) * (
+    assert spec.throughput(view.base(r.allocation)) <= spec.throughput(solve.oracle(spec)) * (
         1 + 1e-9
     )
 
@@ -516,7 +517,7 @@ class Shaped(Hidden):
 def test_tuners_find_the_thread_shape_where_it_wins(name: str) -> None:
     # threads-2: two threads of the consumer's process beat two processes by the copy they save
     spec = load_spec("threads-2")
-    best = sim.oracle(spec)
+    best = solve.oracle(spec)
     for target in (SimTarget(spec, seed=2), Shaped(SimTarget(spec, seed=2))):
         r = check_tuner(TUNERS.build(name), target, 40.0, seed=2, overrun_s=0.0)
         # every segment threads of the consumer's process (cutting between such segments
@@ -551,7 +552,7 @@ def test_the_measured_model_reads_gil_and_thread_memory() -> None:
     assert model.consumer_us_per_row == pytest.approx(0.3)
     assert model.thread_options == spec.thread_options
     assert model.thread_mib() == pytest.approx(spec.thread_mib())
-    assert sim.oracle(model) == sim.oracle(spec)
+    assert solve.oracle(model) == solve.oracle(spec)
     # without a window of several threads the GIL fractions stay at the conservative default
     plain = measured_spec(target, [target.measure(Allocation(workers=(2,), cuts=()), 1.0)])
     assert all(s.gil_frac == 1.0 for s in plain.stages)
@@ -564,7 +565,7 @@ def test_intune_finds_threads_in_its_last_stage_only() -> None:
     plain = Intune(IntuneConfig(shape_windows=0)).tune(SimTarget(spec, seed=3), 40.0, seed=3)
     assert plain.allocation.threads is None
     r = Intune().tune(SimTarget(spec, seed=3), 40.0, seed=3)
-    assert r.allocation == sim.oracle(spec)
+    assert r.allocation == solve.oracle(spec)
     # the kept windows: the agent's choice again, a GIL probe (two consumer threads), the other
     # shapes of the fused chain (a process of 2 and of 4 threads), confirmations
     kept = r.history[-8:]

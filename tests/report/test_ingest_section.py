@@ -13,6 +13,7 @@ import pytest
 
 from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
+from recperf.ingest.sim import solve
 from recperf.ingest.tuning import simulate
 from recperf.report import ingest_ray
 from recperf.report import ingest_section as ing
@@ -55,7 +56,7 @@ def test_quick_simulated_runs_match_the_benchmark(quick: tuple[Section, list[flo
     assert [r["tuner"] for r in spec_data["runs"]] == list(ing.TUNER_NAMES)
     assert [r["status"] for r in spec_data["runs"]] == ["ok"] * len(ing.TUNER_NAMES)
     spec = sim.load_spec("criteo-16")
-    bound = sim.lp_bound(spec)
+    bound = solve.lp_bound(spec)
     assert spec_data["lp_bound_rows_per_s"] == bound.throughput_rows_per_s
     assert spec_data["stages"] == [s.name for s in spec.stages]
     assert sum(spec_data["lp_workers"].values()) == pytest.approx(spec.cores)  # cores bind

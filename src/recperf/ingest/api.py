@@ -35,7 +35,7 @@ from recperf.ingest.live.target import (
     spec_toml,
     subwindow_rates,
 )
-from recperf.ingest.sim.model import lp_bound, segments_of
+from recperf.ingest.sim.solve import lp_bound, segments_of
 from recperf.ingest.tuners.base import TUNERS, check_tuner
 from recperf.ingest.tuning import allocation_summary
 

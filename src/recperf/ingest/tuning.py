@@ -11,6 +11,7 @@ from typing import Any
 from recperf.core.config import check_range, check_seed
 from recperf.ingest.base import Allocation
 from recperf.ingest.sim import model as sim
+from recperf.ingest.sim import solve
 from recperf.ingest.sim.target import SimTarget
 from recperf.ingest.tuners.base import TUNERS, TuneResult, check_tuner
 
@@ -82,8 +83,8 @@ def simulate(
     pipeline = spec if isinstance(spec, sim.PipelineSpec) else sim.load_spec(spec)
     target = SimTarget(pipeline, seed=seed, noise=noise)
     result = check_tuner(TUNERS.build(tuner, options), target, budget_s, seed)
-    bound = sim.lp_bound(pipeline)
-    best = sim.oracle(pipeline)
+    bound = solve.lp_bound(pipeline)
+    best = solve.oracle(pipeline)
     best_thr = pipeline.throughput(best)
     chosen = result.allocation
     thr = pipeline.throughput(chosen)

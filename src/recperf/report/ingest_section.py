@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 from recperf.core.errors import RecperfError
 from recperf.core.progress import ProgressFn
 from recperf.ingest.sim import model as sim
+from recperf.ingest.sim import solve
 from recperf.ingest.tuning import simulate
 from recperf.report import ingest_ray
 from recperf.report.ingest_live import (
@@ -95,7 +96,7 @@ def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str
     """Every tuner (seed ``SEED``) through ``tuning.simulate`` on bundled spec ``name``, judged as
     the benchmark does: the model's noise-free throughput of the chosen allocation."""
     spec = sim.load_spec(name)
-    bound = sim.lp_bound(spec)
+    bound = solve.lp_bound(spec)
     stages = [s.name for s in spec.stages]
     runs = []
     for tuner in tuners:
@@ -120,10 +121,10 @@ def simulate_spec(name: str, tuners: Sequence[str], budget_s: float) -> dict[str
         "lp_workers": {
             "+".join(stages[a:b]): w
             for (a, b), w in zip(
-                sim.segments_of(len(stages), bound.cuts), bound.workers, strict=True
+                solve.segments_of(len(stages), bound.cuts), bound.workers, strict=True
             )
         },
-        "oracle_rows_per_s": spec.throughput(sim.oracle(spec)),
+        "oracle_rows_per_s": spec.throughput(solve.oracle(spec)),
         "runs": runs,
     }
 

@@ -8,45 +8,17 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from recperf.ingest.base import Allocation
-from recperf.ingest.data import stages as st
 from recperf.ingest.live import items
 from recperf.ingest.live.batch import PipelineConfig
 from recperf.ingest.live.items import Columns, ItemRef, Layout
 from recperf.ingest.live.plan import Plan
 from recperf.ingest.live.ring import Ring, Slot
-from recperf.ingest.live.workers import DoneMsg, TaskMsg
-
-if TYPE_CHECKING:
-    from recperf.ingest.live.pool import Worker
+from recperf.ingest.live.workers import Chunk, DoneMsg, TaskMsg, Worker
 
 MIB = 2**20
-
-
-@dataclass(slots=True, eq=False)
-class Chunk:
-    """Consecutive batches moving down the chain together; ``stage`` is the next stage to run
-    (0: not read yet); after stage ``stage - 1`` the batches are in ``ref`` (shared memory) or
-    ``local`` (Python objects, when a consumer thread made them)."""
-
-    seqs: tuple[int, ...]
-    splits: tuple[st.Split, ...]
-    stage: int = 0
-    ref: ItemRef | None = None
-    local: tuple[Columns, ...] | None = None
-    attempt: int = 0
-    task_id: int = -1
-    lent: tuple[str, int] | None = None
-    slots: list[Slot] = field(default_factory=list)
-    held_out: int = 0
-    """Output batches it counts against the output limit (a consumer thread ends the chain)."""
-
-    @property
-    def first(self) -> int:
-        return self.seqs[0]
 
 
 @dataclass(slots=True)

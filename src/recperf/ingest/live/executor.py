@@ -40,9 +40,9 @@ from recperf.ingest.live.batch import Batch, PipelineConfig, Snapshot, StageCoun
 from recperf.ingest.live.budget import Budget
 from recperf.ingest.live.dispatch import MIB, Dispatcher, Output, pss_mib, sweep_stale_items
 from recperf.ingest.live.plan import Plan
-from recperf.ingest.live.pool import Pool, Worker
+from recperf.ingest.live.pool import Pool
 from recperf.ingest.live.ring import Slot, SlotMaps
-from recperf.ingest.live.workers import DoneMsg, FailMsg, error_of
+from recperf.ingest.live.workers import DoneMsg, FailMsg, Worker, error_of
 
 __all__ = ["Pipeline", "sweep_stale_items"]
 _RUN_IDS = itertools.count()

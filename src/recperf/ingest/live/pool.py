@@ -12,51 +12,16 @@ import itertools
 import multiprocessing as mp
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from recperf.ingest.base import Allocation
-from recperf.ingest.live.dispatch import Chunk, Dispatcher
+from recperf.ingest.live.dispatch import Dispatcher
 from recperf.ingest.live.procs import ProcWorker, worker_main
 from recperf.ingest.live.threads import ThreadWorker
-from recperf.ingest.live.workers import DoneMsg, FailMsg, SegmentWork, TaskMsg
+from recperf.ingest.live.workers import DoneMsg, FailMsg, SegmentWork, Worker
 
 Key = tuple[int, int, int, int]
 """What makes two workers interchangeable: segment first and stop, threads, in-flight."""
-
-
-class Worker(Protocol):
-    """A worker serving one segment: it holds up to ``capacity`` tasks (its compute threads,
-    and tasks ahead for a reading worker), runs them and reports each once."""
-
-    segment: tuple[int, int]
-    threads: int
-    """Compute threads of its process; 0: a thread of the consumer's process."""
-    capacity: int
-    tasks: dict[int, Chunk]
-    """The chunks it holds, by task id."""
-    retiring: bool
-
-    @property
-    def pid(self) -> int | None: ...
-
-    def send(self, msg: TaskMsg) -> None:
-        """Hand it a task (it starts the task's storage requests at once)."""
-        ...
-
-    def stop(self) -> None:
-        """Ask it to exit (sent once it holds no task)."""
-        ...
-
-    def waitables(self) -> list[Any]:
-        """What the coordinator waits on for its reports and its death ([] for a thread, which
-        reports by itself)."""
-        ...
-
-    def close(self) -> None:
-        """Ask it to exit now, dropping what it has not started."""
-        ...
-
-    def join(self) -> None: ...
 
 
 Reply = Callable[[Worker, DoneMsg | FailMsg], None]

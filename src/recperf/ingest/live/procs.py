@@ -18,21 +18,19 @@ import signal
 import threading
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from recperf.ingest.data import stages as st
 from recperf.ingest.live import items
 from recperf.ingest.live.ring import SlotMaps
 from recperf.ingest.live.workers import (
+    Chunk,
     Fetched,
     Fetcher,
     SegmentWork,
     TaskMsg,
     serve,
 )
-
-if TYPE_CHECKING:
-    from recperf.ingest.live.dispatch import Chunk
 
 
 @dataclass(slots=True, eq=False)

@@ -27,12 +27,7 @@ from recperf.ingest.live.dispatch import MIB
 from recperf.ingest.live.executor import Pipeline
 from recperf.ingest.live.gil import gil_fractions
 from recperf.ingest.live.items import item_bytes
-from recperf.ingest.sim.model import (
-    DEFAULT_GIL_FRAC,
-    PipelineSpec,
-    StageSpec,
-    copying_segments,
-)
+from recperf.ingest.sim.model import DEFAULT_GIL_FRAC, PipelineSpec, StageSpec, copying_segments
 
 
 def window_measurement(a: Snapshot, b: Snapshot, alloc: Allocation) -> Measurement:

@@ -14,10 +14,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from recperf.ingest.data import stages as st
 from recperf.ingest.live.workers import (
+    Chunk,
     DoneMsg,
     FailMsg,
     Fetched,
@@ -26,9 +27,6 @@ from recperf.ingest.live.workers import (
     TaskMsg,
     serve,
 )
-
-if TYPE_CHECKING:
-    from recperf.ingest.live.dispatch import Chunk
 
 Reply = Callable[["ThreadWorker", DoneMsg | FailMsg], None]
 

@@ -16,14 +16,14 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from recperf.core.errors import RecperfError, TraceFormatError
 from recperf.ingest.data import stages as st
 from recperf.ingest.live import items
 from recperf.ingest.live.items import Columns, ItemRef, Layout
-from recperf.ingest.live.ring import SlotMaps
+from recperf.ingest.live.ring import Slot, SlotMaps
 
 
 @dataclass(slots=True, frozen=True)
@@ -104,6 +104,64 @@ class FailMsg:
     """badrow (row_id, field, why), traceformat (file, line, field, why), recperf (message) or
     error (a traceback)."""
     payload: tuple[Any, ...]
+
+
+@dataclass(slots=True, eq=False)
+class Chunk:
+    """Consecutive batches moving down the chain together; ``stage`` is the next stage to run
+    (0: not read yet); after stage ``stage - 1`` the batches are in ``ref`` (shared memory) or
+    ``local`` (Python objects, when a consumer thread made them)."""
+
+    seqs: tuple[int, ...]
+    splits: tuple[st.Split, ...]
+    stage: int = 0
+    ref: ItemRef | None = None
+    local: tuple[Columns, ...] | None = None
+    attempt: int = 0
+    task_id: int = -1
+    lent: tuple[str, int] | None = None
+    slots: list[Slot] = field(default_factory=list)
+    held_out: int = 0
+    """Output batches it counts against the output limit (a consumer thread ends the chain)."""
+
+    @property
+    def first(self) -> int:
+        return self.seqs[0]
+
+
+class Worker(Protocol):
+    """A worker serving one segment: it holds up to ``capacity`` tasks (its compute threads,
+    and tasks ahead for a reading worker), runs them and reports each once."""
+
+    segment: tuple[int, int]
+    threads: int
+    """Compute threads of its process; 0: a thread of the consumer's process."""
+    capacity: int
+    tasks: dict[int, Chunk]
+    """The chunks it holds, by task id."""
+    retiring: bool
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def send(self, msg: TaskMsg) -> None:
+        """Hand it a task (it starts the task's storage requests at once)."""
+        ...
+
+    def stop(self) -> None:
+        """Ask it to exit (sent once it holds no task)."""
+        ...
+
+    def waitables(self) -> list[Any]:
+        """What the coordinator waits on for its reports and its death ([] for a thread, which
+        reports by itself)."""
+        ...
+
+    def close(self) -> None:
+        """Ask it to exit now, dropping what it has not started."""
+        ...
+
+    def join(self) -> None: ...
 
 
 class Fetcher:

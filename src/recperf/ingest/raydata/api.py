@@ -18,7 +18,8 @@ from recperf.ingest.base import Allocation, Measurement, even_split, fused
 from recperf.ingest.raydata.runtime import ClusterSpec, RayRuntime
 from recperf.ingest.raydata.target import RayTarget, RayWindow
 from recperf.ingest.raydata.work import RayPipeline
-from recperf.ingest.sim.model import PipelineSpec, lp_bound, segments_of
+from recperf.ingest.sim.model import PipelineSpec
+from recperf.ingest.sim.solve import lp_bound, segments_of
 from recperf.ingest.tuners.base import TUNERS, check_tuner
 from recperf.ingest.tuning import allocation_summary
 

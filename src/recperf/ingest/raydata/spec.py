@@ -21,7 +21,8 @@ import numpy as np
 from recperf.ingest.base import Allocation
 from recperf.ingest.raydata.engine import ITEM
 from recperf.ingest.raydata.work import Block, SegmentFn, StageTimes, rows_of
-from recperf.ingest.sim.model import PipelineSpec, lp_bound
+from recperf.ingest.sim.model import PipelineSpec
+from recperf.ingest.sim.solve import lp_bound
 
 MIN_BLOCK_S = 0.05
 """The shortest block of the cheapest stage a spec pipeline runs, seconds."""

@@ -1,6 +1,3 @@
 """The simulated pipeline: the analytic model (``model``), its LP bound and exact oracle
 (``solve``), a noisy tuning target over it (``target``) and the gymnasium env the intune agent
 trains in (``env``)."""
-
-# the model first: it re-exports solve's bound and oracle, and solve imports it
-from recperf.ingest.sim import model as model

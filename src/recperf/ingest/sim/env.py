@@ -19,7 +19,8 @@ from recperf.core import exact
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import target as sim_target
-from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec, pattern_bound
+from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec
+from recperf.ingest.sim.solve import pattern_bound
 from recperf.ingest.tuners.base import unit_memory
 from recperf.ingest.tuners.model import measured_costs
 from recperf.ingest.tuners.segment import SegmentTarget

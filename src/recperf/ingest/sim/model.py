@@ -478,19 +478,3 @@ def load_spec(spec: str | Path) -> PipelineSpec:
     path = Path(spec)
     data = load_toml(path)
     return spec_from_mapping({"name": path.stem, **data}, source=str(path))
-
-
-# the bound and the oracle live in ``solve`` (which imports this module); re-exported here, where
-# callers have always found them (the package imports this module first, so the cycle is safe)
-from recperf.ingest.sim.solve import (  # noqa: E402
-    OVERSUBSCRIBE as OVERSUBSCRIBE,
-)
-from recperf.ingest.sim.solve import Binding as Binding  # noqa: E402
-from recperf.ingest.sim.solve import Bound as Bound  # noqa: E402
-from recperf.ingest.sim.solve import lp_bound as lp_bound  # noqa: E402
-from recperf.ingest.sim.solve import oracle as oracle  # noqa: E402
-from recperf.ingest.sim.solve import pattern_bound as pattern_bound  # noqa: E402
-from recperf.ingest.sim.solve import pattern_oracle as pattern_oracle  # noqa: E402
-from recperf.ingest.sim.solve import segment_limits as segment_limits  # noqa: E402
-from recperf.ingest.sim.solve import segments_of as segments_of  # noqa: E402
-from recperf.ingest.sim.solve import shapes as shapes  # noqa: E402

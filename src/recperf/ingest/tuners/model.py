@@ -11,13 +11,8 @@ from dataclasses import dataclass
 
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, Measurement, Target, cut_patterns
-from recperf.ingest.sim.model import (
-    DEFAULT_GIL_FRAC,
-    MIB,
-    PipelineSpec,
-    StageSpec,
-    pattern_oracle,
-)
+from recperf.ingest.sim.model import DEFAULT_GIL_FRAC, MIB, PipelineSpec, StageSpec
+from recperf.ingest.sim.solve import pattern_oracle
 from recperf.ingest.tuners.base import unit_memory
 
 

@@ -12,6 +12,7 @@ from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, Target, cut_patterns, even_split
 from recperf.ingest.sim import model as sim
+from recperf.ingest.sim import solve
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import inflight_options, measured_spec
 from recperf.ingest.tuners.shape import pick_inflight, probe_gil, shape_optima
@@ -54,7 +55,7 @@ class _Search:
 
     def pattern(self, index: int, cuts: tuple[int, ...]) -> None:
         spec = self.spec
-        segs = sim.segments_of(spec.n_stages, cuts)
+        segs = solve.segments_of(spec.n_stages, cuts)
         self.k, self.index, self.cuts = len(segs), index, cuts
         self.costs = spec.segment_costs_us(segs)
         self.caps = spec.segment_caps(segs)
@@ -121,7 +122,7 @@ class Oracle:
         log = TuneLog(target, budget_s, self.config.window_s)
         spec = getattr(target, "spec", None)
         if isinstance(spec, sim.PipelineSpec):
-            best = sim.oracle(spec, worker_limit=self.config.worker_limit)
+            best = solve.oracle(spec, worker_limit=self.config.worker_limit)
             log.measure(best)
             return log.result(self.name, pick_inflight(log, best))
         first = log.measure(even_split(target))

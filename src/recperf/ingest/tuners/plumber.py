@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from recperf.core.config import check_range
 from recperf.ingest.base import Allocation, Measurement, Target, even_split
-from recperf.ingest.sim import model as sim
+from recperf.ingest.sim import solve
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import measured_spec
 from recperf.ingest.tuners.shape import pick_inflight, probe_gil
@@ -46,11 +46,11 @@ class Plumber:
 
     def _solve(self, target: Target, ms: Sequence[Measurement]) -> Allocation:
         spec = measured_spec(target, ms, name="plumber")
-        # The LP's optimum (sim.lp_bound, over every cut pattern and thread shape) rounded the
+        # The LP's optimum (solve.lp_bound, over every cut pattern and thread shape) rounded the
         # exact way: the least integer workers that reach each candidate rate, best feasible
-        # one kept (sim.oracle on the measured model, with its GIL fractions).
+        # one kept (solve.oracle on the measured model, with its GIL fractions).
         limit = max(1, round(self.config.oversubscribe * target.cores))
-        return sim.oracle(spec, worker_limit=limit).normalized(len(target.stage_names))
+        return solve.oracle(spec, worker_limit=limit).normalized(len(target.stage_names))
 
     def tune(self, target: Target, budget_s: float, seed: int = 0) -> TuneResult:
         log = TuneLog(target, budget_s, self.config.window_s)

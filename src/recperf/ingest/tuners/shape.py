@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from recperf.ingest.base import Allocation, Measurement, Target, segment_caps
 from recperf.ingest.sim import model as sim
+from recperf.ingest.sim import solve
 from recperf.ingest.tuners.base import TuneLog
 from recperf.ingest.tuners.model import inflight_options, thread_options, threaded
 
@@ -53,10 +54,10 @@ def shape_optima(
     modelled throughput, best first (ties: fewer tasks, then the earlier shape)."""
     k = spec.n_stages if cuts is None else len(cuts) + 1
     out = []
-    for i, t in enumerate(sim.shapes(spec, k)):
+    for i, t in enumerate(solve.shapes(spec, k)):
         if all(x == 1 for x in t):
             continue
-        alloc = sim.pattern_oracle(spec, cuts, worker_limit, t)
+        alloc = solve.pattern_oracle(spec, cuts, worker_limit, t)
         if alloc is not None:
             out.append((spec.throughput(alloc), alloc.total, i, alloc))
     out.sort(key=lambda o: (-o[0], o[1], o[2]))
