@@ -1,6 +1,6 @@
-"""The import graph of ``recperf.stalls`` and ``recperf.cli``, built from the modules' own
-``import`` statements (ast, relative and absolute ``recperf.`` imports resolved, imports inside
-functions included), has no circle."""
+"""The import graph of ``recperf.stalls``, ``recperf.cli`` and ``recperf.ingest``, built from the
+modules' own ``import`` statements (ast, relative and absolute ``recperf.`` imports resolved,
+imports inside functions included), has no circle."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-PACKAGES = ("recperf.stalls", "recperf.cli")
+PACKAGES = ("recperf.stalls", "recperf.cli", "recperf.ingest")
 KNOWN = {
     ("recperf.cli.embed_predict", "recperf.cli.embed"),
     ("recperf.cli.embed_quantize", "recperf.cli.embed"),

@@ -11,7 +11,6 @@ from recperf.core.errors import ConfigError
 from recperf.ingest.base import Allocation, AllocationRefused
 from recperf.ingest.data.limits import BUNDLED_SPECS
 from recperf.ingest.sim.model import PipelineSpec, StageSpec, load_spec
-from recperf.ingest.sim.solve import lp_bound, segments_of
 from recperf.ingest.sim.placement import (
     Network,
     place,
@@ -20,6 +19,7 @@ from recperf.ingest.sim.placement import (
     placement_lp_bound,
     worker_slots,
 )
+from recperf.ingest.sim.solve import lp_bound, segments_of
 
 FREE = Network()
 

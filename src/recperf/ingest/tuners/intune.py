@@ -22,13 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+import recperf.ingest.tuners.dqn as dqn
 from recperf.core import exact
 from recperf.core.config import check_range
 from recperf.core.errors import ConfigError
 from recperf.core.files import check_name
 from recperf.ingest.base import Allocation, Measurement, Target, even_split
 from recperf.ingest.sim import env as ienv
-from recperf.ingest.tuners import dqn
 from recperf.ingest.tuners.base import TUNERS, TuneLog, TuneResult, check_window
 from recperf.ingest.tuners.model import (
     inflight_options,
