@@ -70,3 +70,30 @@ def test_python_dash_m_still_runs_the_cli() -> None:
     res = subprocess.run([sys.executable, "-m", "recperf.cli.main", "version"],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert res.returncode == 0 and res.stdout.strip() == __import__("recperf").__version__
+
+
+def test_a_signal_inside_a_class_body_is_still_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A signal whose handler raises in a descriptor's ``__set_name__`` (a class being made while
+    a module imports) reaches main wrapped in a RuntimeError (Python 3.11): still the one line."""
+    import signal
+
+    from recperf.cli import main as entry
+
+    class Slow:
+        def __set_name__(self, owner: type, name: str) -> None:
+            entry._on_signal(signal.SIGINT, None)  # the signal lands here
+
+    def run_app() -> int:
+        type("Made", (), {"field": Slow()})
+        return 0
+
+    monkeypatch.setattr(entry, "_run_app", run_app)
+    monkeypatch.setattr(entry, "_catch_signals", lambda: None)
+    monkeypatch.setattr(entry, "_ignore_signals", lambda: None)
+    monkeypatch.setattr(entry, "_received", None)
+    with pytest.raises(SystemExit) as exc:
+        entry.main()
+    assert exc.value.code == 128 + signal.SIGINT
+    assert capsys.readouterr().err == "interrupted\n"

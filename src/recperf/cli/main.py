@@ -30,6 +30,10 @@ def main() -> None:
             _ignore_signals()
     except KeyboardInterrupt:  # while importing, or raised outside typer's own handling of it
         _interrupted()
+    except RuntimeError as exc:  # raised in a class body's __set_name__, which wraps it (3.11)
+        if _received is not None and isinstance(exc.__cause__, KeyboardInterrupt):
+            _interrupted()
+        raise
     except SystemExit:
         if _received is not None:
             _interrupted()
