@@ -110,11 +110,8 @@ def test_bad_shapes_and_configs_are_clear_errors() -> None:
 def test_dlrm_consumes_an_ingest_batch(tmp_path: Path) -> None:
     generate(GenerateConfig(rows=300, seed=0), tmp_path)
     batch_rb = read_table(tmp_path).combine_chunks().to_batches()[0]
-    cols = stages.collate(
-        stages.sparse_transform(
-            stages.dense_transform(decode.arrow_columns(batch_rb, 0, "<table>"))
-        )
-    )
+    block = stages.Block(decode.arrow_columns(batch_rb, 0, "<table>"), (300,))
+    (cols,) = stages.collate(stages.sparse_transform(stages.dense_transform(block)))
     batch = Batch.from_columns(cols)
     cfg = DLRMConfig(table_rows=tuple(min(c, 1000) for c in CARDINALITIES), embedding_dim=4)
     logits = DLRM(cfg)(batch.dense, batch.values, batch.lengths)

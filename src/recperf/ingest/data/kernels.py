@@ -36,6 +36,20 @@ CLEAN = 0
 
 
 @_jit
+def _hex8(buf: np.ndarray, pos: int) -> tuple[int, bool]:
+    """The value of the 8 ASCII hex digits (either case) at ``buf[pos:pos + 8]``, and whether
+    all 8 are hex digits."""
+    v = 0
+    ok = True
+    for k in range(8):  # branch-free: a digit's low nibble, plus 9 for a letter
+        c = int(buf[pos + k])
+        low = c | 0x20
+        ok &= ((c >= 48) & (c <= 57)) | ((low >= 97) & (low <= 102))
+        v = (v << 4) | ((c & 0xF) + 9 * ((c >> 6) & 1))
+    return v, ok
+
+
+@_jit
 def _parse_tsv(
     buf: np.ndarray,
     card: np.ndarray,
@@ -92,13 +106,7 @@ def _parse_tsv(
                 continue
             if pos + 8 > size:
                 return row, 1 + row
-            v = 0
-            ok = True
-            for k in range(8):  # branch-free: a digit's low nibble, plus 9 for a letter
-                c = int(buf[pos + k])
-                low = c | 0x20
-                ok &= ((c >= 48) & (c <= 57)) | ((low >= 97) & (low <= 102))
-                v = (v << 4) | ((c & 0xF) + 9 * ((c >> 6) & 1))
+            v, ok = _hex8(buf, pos)
             if not ok:
                 return row, 1 + row
             pos += 8
@@ -212,13 +220,7 @@ def _dictionary_ids(
             continue
         if size != 8:
             return False
-        v = 0
-        ok = True
-        for k in range(8):  # branch-free: a digit's low nibble, plus 9 for a letter
-            c = int(data[a + k])
-            low = c | 0x20
-            ok &= ((c >= 48) & (c <= 57)) | ((low >= 97) & (low <= 102))
-            v = (v << 4) | ((c & 0xF) + 9 * ((c >> 6) & 1))
+        v, ok = _hex8(data, a)
         if not ok:
             return False
         table[e] = v % card

@@ -94,6 +94,15 @@ def plan_splits(data: str | Path, rows_per_split: int) -> tuple[list[Split], lis
     return splits, counts
 
 
+def read_range(path: str, a: int, b: int) -> bytes:
+    """Bytes ``a:b`` of the file at ``path``, in one ``pread``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, b - a, a)
+    finally:
+        os.close(fd)
+
+
 _READ_ERRORS = (OSError, EOFError, zlib.error)  # EOFError, zlib.error: a truncated, corrupt .gz
 
 
@@ -129,11 +138,7 @@ class SplitReader:
         if raw is not None:
             data = b"".join(raw)
         elif first.kind == "tsv":
-            fd = os.open(first.file, os.O_RDONLY)
-            try:
-                data = os.pread(fd, last.b - first.a, first.a)
-            finally:
-                os.close(fd)
+            data = read_range(first.file, first.a, last.b)
         else:
             data = b"".join([self._gz_read(s) for s in splits])
         cols = dec.parse_tsv(data, first.file, first.first_line, first.first_row)

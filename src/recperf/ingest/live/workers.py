@@ -191,11 +191,7 @@ def _fetch(split: st.Split, latency_s: float) -> tuple[bytes | None, float]:
     t = time.thread_time()
     raw = None
     if split.kind == "tsv":
-        fd = os.open(split.file, os.O_RDONLY)
-        try:
-            raw = os.pread(fd, split.b - split.a, split.a)
-        finally:
-            os.close(fd)
+        raw = st.read_range(split.file, split.a, split.b)
     return raw, time.thread_time() - t
 
 
