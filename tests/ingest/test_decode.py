@@ -504,3 +504,13 @@ def test_the_compiled_tsv_parser_agrees_with_pyarrow(data: hs.DataObject) -> Non
         assert got == want
         return
     assert_same(got, want)
+
+
+def test_importing_the_stages_does_not_import_numba() -> None:
+    """numba (about 0.3 s to import) loads when a kernel first runs, not with the stages."""
+    import subprocess
+    import sys
+
+    code = "import sys, recperf.ingest.data.stages; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
