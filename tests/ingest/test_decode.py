@@ -318,8 +318,12 @@ def test_shuffle_and_downsample_match_their_old_formulas(generated: dict[str, Pa
     assert_same(got.cols, _rows(cols, perm))
     # windows of two batches: rows never leave their window
     got = st.shuffle(block, [2, 3, 4], 5, 2)
-    perm = np.concatenate([np.random.default_rng([5, 2]).permutation(1400),
-                           1400 + np.random.default_rng([5, 4]).permutation(100)])  # fmt: skip
+    perm = np.concatenate(
+        [
+            np.random.default_rng([5, 2]).permutation(1400),
+            1400 + np.random.default_rng([5, 4]).permutation(100),
+        ]
+    )
     assert_same(got.cols, _rows(cols, perm))
     kept = st.downsample(block, 0.3, 1)
     assert (kept.cols["label"] == 1).sum() == (cols["label"] == 1).sum()
@@ -480,10 +484,14 @@ def test_the_compiled_tsv_parser_agrees_with_pyarrow(data: hs.DataObject) -> Non
     lines = []
     for _ in range(data.draw(hs.integers(1, 6))):
         label = data.draw(hs.sampled_from(["0", "1", "1", "2", ""]))
-        ints = [data.draw(hs.sampled_from(FIELDS[:4] if data.draw(hs.booleans()) else FIELDS))
-                for _ in range(13)]  # fmt: skip
-        cats = [data.draw(hs.sampled_from(CATS[:4] if data.draw(hs.booleans()) else CATS))
-                for _ in range(data.draw(hs.sampled_from([26, 26, 26, 25])))]  # fmt: skip
+        ints = [
+            data.draw(hs.sampled_from(FIELDS[:4] if data.draw(hs.booleans()) else FIELDS))
+            for _ in range(13)
+        ]
+        cats = [
+            data.draw(hs.sampled_from(CATS[:4] if data.draw(hs.booleans()) else CATS))
+            for _ in range(data.draw(hs.sampled_from([26, 26, 26, 25])))
+        ]
         lines.append("\t".join([label, *ints, *cats]))
     end = data.draw(hs.sampled_from(["\n", "", "\r\n"]))
     text = ("\n".join(lines) + end).encode()

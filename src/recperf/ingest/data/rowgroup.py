@@ -83,8 +83,13 @@ class RowGroup:
         if self._bad is not None and (hit := self._bad[:, a:b]).any():
             i, j = first_hit(hit)
             raise BadRow(int(row_id[i]), CAT_FEATURES[j], _NOT_HEX)
-        cols = {"row_id": row_id, "label": self._label[a:b], "dense": self._dense[:, a:b],
-                "ids": self._ids[:, a:b], "present": self._present[:, a:b]}  # fmt: skip
+        cols = {
+            "row_id": row_id,
+            "label": self._label[a:b],
+            "dense": self._dense[:, a:b],
+            "ids": self._ids[:, a:b],
+            "present": self._present[:, a:b],
+        }
         for k in ("label", "dense", "ids", "present"):
             cols[k].flags.writeable = False
         return cols

@@ -269,8 +269,9 @@ def run_task(
             if name == "collate":
                 batches = st.collate(block)
             else:
-                block = st.apply_stage(name, block, msg.seqs, work.seed,
-                                       work.downsample_rate, work.shuffle_window)  # fmt: skip
+                block = st.apply_stage(
+                    name, block, msg.seqs, work.seed, work.downsample_rate, work.shuffle_window
+                )
         cpu[i] += time.thread_time() - t
         delay, before = run_delay_s(), delay
         wall[i] = max(0.0, time.perf_counter() - w0 - waited - (delay - before))

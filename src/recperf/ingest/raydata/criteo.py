@@ -141,8 +141,9 @@ class _CriteoRunner:
                     cols = st.collate(block)
                 else:
                     seqs = range(seq0, seq0 + len(block.batch_rows))
-                    block = st.apply_stage(name, block, seqs, w.seed, w.downsample_rate,
-                                           w.shuffle_window)  # fmt: skip
+                    block = st.apply_stage(
+                        name, block, seqs, w.seed, w.downsample_rate, w.shuffle_window
+                    )
             cpu[i] += time.thread_time() - t
             wall[i] += max(0.0, time.perf_counter() - w0 - waited)
         if w.stages[-1] == "collate":
