@@ -25,24 +25,27 @@ _lock = threading.Lock()
 
 
 def _jit(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Mark ``fn`` a kernel; ``_compile`` swaps it for its numba form when first needed, so
+    """Mark ``fn`` a kernel; ``_ready`` swaps it for its numba form when first needed, so
     importing this module does not import numba (about 0.3 s)."""
     _KERNELS.append(fn.__name__)
     return fn
 
 
-def _compile() -> None:
-    """Every kernel as a numba ``nogil`` function (compiled on its first call, or loaded from
-    numba's cache: once per machine, not once per worker process), once per process."""
+def _ready() -> bool:
+    """Whether the kernels run; the first time, every kernel becomes a numba ``nogil``
+    function (compiled on its first call, or loaded from numba's cache: once per machine, not
+    once per worker process)."""
     global _compiled
+    if not AVAILABLE:
+        return False
     with _lock:
-        if _compiled:
-            return
-        from numba import njit
+        if not _compiled:
+            from numba import njit
 
-        for name in _KERNELS:  # helpers first: a caller sees them compiled
-            globals()[name] = njit(nogil=True, cache=True)(globals()[name])
-        _compiled = True
+            for name in _KERNELS:  # helpers first: a caller sees them compiled
+                globals()[name] = njit(nogil=True, cache=True)(globals()[name])
+            _compiled = True
+    return True
 
 
 CLEAN = 0
@@ -141,10 +144,8 @@ def parse_tsv(
     int32 [26,n] (hex value modulo ``card``, 0 where missing) and present bool [26,n]; None
     where a line is outside the plain layout (the general parser then decides) or numba is not
     installed."""
-    if not AVAILABLE or not data:
+    if not data or not _ready():
         return None
-    if not _compiled:
-        _compile()
     buf = np.frombuffer(data, np.uint8)
     n = int(np.count_nonzero(buf == 10)) + (buf[-1] != 10)
     label = np.empty(n, np.int8)
@@ -200,10 +201,8 @@ def collate_arrays(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """``_collate``'s outputs (values int64, lengths int32, offsets int32, dense float32 [n,13],
     starts int64) for a chunk; None where numba is not installed."""
-    if not AVAILABLE:
+    if not _ready():
         return None
-    if not _compiled:
-        _compile()
     n = int(sizes.sum())
     values = np.empty(int(np.count_nonzero(present)) + 1, np.int64)  # +1: the last write
     lengths = np.empty(_NCAT * n, np.int32)
@@ -261,10 +260,8 @@ def dictionary_ids(arr: Any, card: int, ids: np.ndarray, present: np.ndarray) ->
     a null dictionary entry, an odd entry), for the numpy path to do (or to name the error)."""
     import pyarrow as pa
 
-    if not AVAILABLE or not pa.types.is_dictionary(arr.type) or len(arr) == 0:
+    if not pa.types.is_dictionary(arr.type) or len(arr) == 0 or not _ready():
         return False
-    if not _compiled:
-        _compile()
     d, idx = arr.dictionary, arr.indices
     if d.type != pa.string() or idx.type != pa.int32() or d.null_count or len(d) == 0:
         return False

@@ -198,6 +198,11 @@ class Block:
     def rows(self) -> int:
         return int(self.cols["row_id"].shape[0])
 
+    @property
+    def ends(self) -> list[int]:
+        """Row offsets of the batches' bounds: 0, the end of the first, ..., ``rows``."""
+        return list(itertools.accumulate(self.batch_rows, initial=0))
+
     def pack(self) -> Columns:
         """The block as one set of columns, for a hand-off through shared memory."""
         return {**self.cols, _BATCH_ROWS: np.asarray(self.batch_rows, np.int64)}
@@ -252,8 +257,7 @@ def kept_rows(row_id: np.ndarray, label: np.ndarray, rate: float, seed: int) -> 
 def downsample(block: Block, rate: float, seed: int) -> Block:
     """The rows ``kept_rows`` keeps; each batch keeps its own survivors."""
     keep = kept_rows(block.cols["row_id"], block.cols["label"], rate, seed)
-    ends = np.cumsum((0, *block.batch_rows))
-    sizes = np.diff(np.searchsorted(keep, ends))
+    sizes = np.diff(np.searchsorted(keep, block.ends))
     return Block(_take_rows(block.cols, keep), tuple(sizes.tolist()))
 
 
@@ -261,7 +265,7 @@ def shuffle(block: Block, seqs: Sequence[int], seed: int, window: int) -> Block:
     """Permute the rows of each window of ``window`` batches among themselves (seeded by
     ``seed`` and the seq of the window's first batch; ``seqs``: the block's batch seqs) and cut
     them back into batches of the same sizes; one gather for the whole block."""
-    ends = np.cumsum((0, *block.batch_rows)).tolist()
+    ends = block.ends
     parts = []
     for a in range(0, len(block.batch_rows), window):
         lo, hi = ends[a], ends[min(a + window, len(block.batch_rows))]
@@ -305,7 +309,7 @@ def collate(block: Block) -> list[Columns]:
     if laid is not None:
         values, lengths, offsets, dense, starts = laid
         labels = cols["label"].astype(np.float32)
-        ends = np.cumsum((0, *block.batch_rows)).tolist()
+        ends = block.ends
         return [
             {
                 "row_id": cols["row_id"][a:b],
